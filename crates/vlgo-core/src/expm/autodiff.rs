@@ -1,0 +1,98 @@
+//! `Autodiff<B>`: the exponential's forward on the inner backend with a hand-written backward.
+//!
+//! Generic autodiff through the scheme would also record every elimination step of the solve;
+//! these ops record one node each and run the reverse mode of `dense` / `expmv` instead.
+
+use burn::backend::autodiff::{
+    Autodiff,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn::tensor::ops::FloatTensor;
+
+use super::backend::ExpmBackend;
+use super::expmv::ExpmvCheckpoints;
+use super::{ExpmMethod, ExpmvConfig};
+
+#[derive(Debug)]
+struct ExpmBackward;
+
+impl<B: ExpmBackend> Backward<B, 1> for ExpmBackward {
+    type State = (FloatTensor<B>, ExpmMethod);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_a] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        if let Some(node) = node_a {
+            let (a, method) = ops.state;
+            grads.register::<B>(node.id, B::expm_backward(a, grad, method));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ExpmvBackward;
+
+/// What the expmv node keeps: A, v and the checkpoints of the Taylor loop.
+#[derive(Debug, Clone)]
+struct ExpmvState<B: ExpmBackend> {
+    a: FloatTensor<B>,
+    v: FloatTensor<B>,
+    saved: ExpmvCheckpoints<B>,
+}
+
+impl<B: ExpmBackend> Backward<B, 2> for ExpmvBackward {
+    type State = ExpmvState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_a, node_v] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let ExpmvState { a, v, saved } = ops.state;
+        let (abar, vbar) = B::expmv_backward(a, v, grad, &saved);
+        if let Some(node) = node_a {
+            grads.register::<B>(node.id, abar);
+        }
+        if let Some(node) = node_v {
+            grads.register::<B>(node.id, vbar);
+        }
+    }
+}
+
+// The backward methods keep their tensor-op defaults here: on `Autodiff` they are themselves
+// recorded, which is what a second-order gradient would need.
+impl<B: ExpmBackend, C: CheckpointStrategy> ExpmBackend for Autodiff<B, C> {
+    fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
+        match ExpmBackward
+            .prepare::<C>([a.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let out = B::expm(a.primitive.clone(), method);
+                prep.finish((a.primitive, method), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::expm(a.primitive, method)),
+        }
+    }
+
+    fn expmv(a: FloatTensor<Self>, v: FloatTensor<Self>, config: ExpmvConfig) -> FloatTensor<Self> {
+        match ExpmvBackward
+            .prepare::<C>([a.node.clone(), v.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (y, saved) =
+                    B::expmv_checkpointed(a.primitive.clone(), v.primitive.clone(), config);
+                let state = ExpmvState {
+                    a: a.primitive,
+                    v: v.primitive,
+                    saved,
+                };
+                prep.finish(state, y.into_primitive().tensor())
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::expmv(a.primitive, v.primitive, config)),
+        }
+    }
+}

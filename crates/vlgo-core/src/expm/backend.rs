@@ -1,0 +1,96 @@
+//! The backend-extension trait that carries the exponential.
+//!
+//! A custom op with its own backward cannot be a blanket impl over every `Backend` (the
+//! `Autodiff` impl would overlap and Rust has no specialisation), so the trait is implemented per
+//! backend. Every method has a default built from Burn tensor ops, which runs anywhere; a backend
+//! with a fast kernel overrides the forward and backward it accelerates.
+
+use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
+use burn::tensor::ops::FloatTensor;
+
+use super::expmv::{self, ExpmvCheckpoints};
+use super::{ExpmMethod, ExpmvConfig, dense};
+
+fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+/// Backends that compute the matrix exponential and the exponential-times-vector product.
+///
+/// Implemented for `NdArray` (feature `ndarray`), `Flex` (`flex`), `CubeBackend` and `Fusion`
+/// (`wgpu`, `cuda`) and for `Autodiff<B>` over any of them. Inputs reach these methods already
+/// checked (square, matching shapes) and in f32 or f64.
+pub trait ExpmBackend: Backend {
+    /// exp(A) for A [N, n, n] in A's dtype.
+    fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
+        unwrap(dense::expm_forward::<Self>(wrap(a), method))
+    }
+
+    /// The adjoint of A given the adjoint `grad` of exp(A).
+    fn expm_backward(
+        a: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        method: ExpmMethod,
+    ) -> FloatTensor<Self> {
+        let a: Tensor<Self, 3> = wrap(a);
+        let plan = dense::plan(&a, method);
+        unwrap(dense::expm_backward(a, wrap(grad), &plan))
+    }
+
+    /// exp(A) v for A [N, n, n], v [N, n].
+    fn expmv(a: FloatTensor<Self>, v: FloatTensor<Self>, config: ExpmvConfig) -> FloatTensor<Self> {
+        unwrap(Self::expmv_checkpointed(a, v, config).0)
+    }
+
+    /// exp(A) v together with what its adjoint needs.
+    fn expmv_checkpointed(
+        a: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        config: ExpmvConfig,
+    ) -> (Tensor<Self, 2>, ExpmvCheckpoints<Self>) {
+        expmv::expmv_forward::<Self>(wrap(a), wrap(v), &config)
+    }
+
+    /// The adjoints of A and v given the adjoint `grad` of exp(A) v.
+    fn expmv_backward(
+        a: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        saved: &ExpmvCheckpoints<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (abar, vbar) = expmv::expmv_backward::<Self>(wrap(a), wrap(v), wrap(grad), saved);
+        (unwrap(abar), unwrap(vbar))
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl<E, I, Q> ExpmBackend for burn_ndarray::NdArray<E, I, Q>
+where
+    E: burn_ndarray::FloatNdArrayElement,
+    I: burn_ndarray::IntNdArrayElement,
+    Q: burn_ndarray::QuantElement,
+    burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<E>>,
+    burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<I>>,
+{
+}
+
+#[cfg(feature = "flex")]
+impl ExpmBackend for burn_flex::Flex {}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<R, F, I, BT> ExpmBackend for burn_cubecl::CubeBackend<R, F, I, BT>
+where
+    R: burn_cubecl::CubeRuntime,
+    F: burn_cubecl::FloatElement,
+    I: burn_cubecl::IntElement,
+    BT: burn_cubecl::BoolElement,
+{
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<B: burn_fusion::FusionBackend> ExpmBackend for burn_fusion::Fusion<B> {}

@@ -1,0 +1,373 @@
+//! Exponential times vector, y_i = exp(A_i) v_i, without forming exp(A_i) (Al-Mohy and Higham
+//! 2011, truncated Taylor with shift and early termination), and its checkpointed adjoint.
+//!
+//! Matrices whose norm makes the Taylor loop dearer than forming T fall back, per matrix, to the
+//! explicit exponential followed by a product. f64 inputs always take that path: their degree
+//! table would need m up to 55, which this f32-tuned loop does not carry, and the f64 explicit
+//! exponential is the accurate oracle anyway.
+
+use burn::prelude::*;
+
+use super::ExpmvConfig;
+use super::dense::{self, per_matrix, reorder};
+use super::plan::{ExpmPlan, Precision, choose};
+
+/// theta_m of the truncated Taylor series in f32 (u = 2^-24) for m = 1..=24: the largest x with
+/// sum_k |c_k| x^(k-1) <= u where log(e^-x T_m(x)) = sum_k c_k x^k. Computed from that definition
+/// in 50-digit arithmetic; the values for m = 1..6, 8, 10, 12, 15, 18, 20, 24 agree with the design
+/// note's table to all printed digits.
+pub(crate) const TAYLOR_THETA_F32: [f64; 24] = [
+    1.192092800768788e-7,
+    5.978858893805233e-4,
+    1.123386473528671e-2,
+    5.116619363445086e-2,
+    1.30848716459947e-1,
+    2.495289322846698e-1,
+    4.014582423510481e-1,
+    5.800524627688768e-1,
+    7.795113374358031e-1,
+    9.951840790004457e-1,
+    1.223479542424143,
+    1.461661507209034,
+    1.707648529608701,
+    1.959850585959898,
+    2.21704439497472,
+    2.478280877521971,
+    2.74281711269878,
+    3.010066362817634,
+    3.279561212635997,
+    3.550926214706495,
+    3.823857425450966,
+    4.098106972191506,
+    4.373471311840501,
+    4.649782224100757,
+];
+
+/// Taylor degree m and number of steps s for a (shifted) 1-norm: the pair that minimises the
+/// number of matrix-vector products m * ceil(norm / theta_m), smallest m on ties. `None` when the
+/// norm is not finite or would need an absurd number of steps.
+pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
+    if !norm.is_finite() {
+        return None;
+    }
+    if norm == 0.0 {
+        return Some((0, 1));
+    }
+    let mut best: Option<(usize, u64)> = None;
+    for m in 1..=m_max {
+        let s = (norm / TAYLOR_THETA_F32[m - 1]).ceil();
+        if s > 1e9 {
+            continue;
+        }
+        let s = (s as u64).max(1);
+        if best.is_none_or(|(bm, bs)| (m as u64) * s < (bm as u64) * bs) {
+            best = Some((m, s));
+        }
+    }
+    best
+}
+
+/// Per-matrix choices for a batch. Sorted order: Taylor matrices by steps descending, then the
+/// fallback matrices.
+#[derive(Debug, Clone)]
+pub struct ExpmvPlan {
+    pub(crate) order: Vec<usize>,
+    pub(crate) n_taylor: usize,
+    /// Taylor degree per sorted Taylor matrix.
+    pub(crate) degrees: Vec<usize>,
+    /// Number of outer steps per sorted Taylor matrix (non-increasing).
+    pub(crate) steps: Vec<u64>,
+    /// Plan of the explicit exponential for the fallback matrices (in their sorted order).
+    pub(crate) fallback: Option<ExpmPlan>,
+}
+
+impl ExpmvPlan {
+    fn active_at(&self, k: u64) -> usize {
+        self.steps.iter().take_while(|&&s| s > k).count()
+    }
+    fn max_steps(&self) -> u64 {
+        self.steps.first().copied().unwrap_or(0)
+    }
+}
+
+/// What the backward of the Taylor part needs: the input vector of every outer step and the number
+/// of terms each matrix used in it.
+#[derive(Debug, Clone)]
+pub struct ExpmvCheckpoints<B: Backend> {
+    pub(crate) plan: ExpmvPlan,
+    /// Shifted and scaled matrices A'/s of the Taylor part, sorted.
+    pub(crate) scaled: Option<Tensor<B, 3>>,
+    /// e^(mu/s) per sorted Taylor matrix, [T, 1, 1].
+    pub(crate) eta: Option<Tensor<B, 3>>,
+    /// 1/s per sorted Taylor matrix, [T, 1, 1].
+    pub(crate) inv_steps: Option<Tensor<B, 3>>,
+    /// Input of outer step k, [active_k, n, 1].
+    pub(crate) inputs: Vec<Tensor<B, 3>>,
+    /// Terms used in outer step k per matrix, [active_k, 1, 1], and their maximum.
+    pub(crate) used: Vec<(Tensor<B, 3>, usize)>,
+    /// exp(A) of the fallback matrices.
+    pub(crate) fallback_exp: Option<Tensor<B, 3>>,
+}
+
+fn inf_norm<B: Backend>(w: Tensor<B, 3>) -> Tensor<B, 3> {
+    w.abs().max_dim(1)
+}
+
+/// Plans the batch and computes y = exp(A) v, keeping the checkpoints of the adjoint.
+pub(crate) fn expmv_forward<B: Backend>(
+    a: Tensor<B, 3>,
+    v: Tensor<B, 2>,
+    config: &ExpmvConfig,
+) -> (Tensor<B, 2>, ExpmvCheckpoints<B>) {
+    let [batch, n, _] = a.dims();
+    let device = a.device();
+    let precision = dense::precision_of(&a);
+
+    // One read-back for the whole batch: shift, shifted norm and raw norm per matrix.
+    let eye = super::scheme::eye_as(n, &a);
+    let mu = if config.shift {
+        (a.clone() * eye.clone()).sum_dim(2).sum_dim(1) / n as f64 // [N, 1, 1]
+    } else {
+        Tensor::zeros([batch, 1, 1], (&device, a.dtype()))
+    };
+    let shifted = a.clone() - mu.clone() * eye;
+    let stats = Tensor::cat(
+        vec![
+            mu.clone().reshape([batch, 1]),
+            shifted.clone().abs().sum_dim(1).max_dim(2).reshape([batch, 1]),
+            a.clone().abs().sum_dim(1).max_dim(2).reshape([batch, 1]),
+        ],
+        1,
+    )
+    .into_data()
+    .convert::<f64>()
+    .to_vec::<f64>()
+    .expect("float tensor converts to f64");
+
+    let mut taylor: Vec<(usize, usize, u64)> = Vec::new();
+    let mut fallback: Vec<usize> = Vec::new();
+    for i in 0..batch {
+        let (norm_shifted, norm) = (stats[3 * i + 1], stats[3 * i + 2]);
+        let choice = if precision == Precision::Double {
+            None
+        } else {
+            taylor_steps(norm_shifted, config.m_max)
+        };
+        match choice {
+            Some((m, s)) => {
+                // Forming T costs about (4 + 4/3 + s') n-by-n products, each worth n
+                // matrix-vector products; the Taylor loop costs m s of them.
+                let (_, squarings) = choose(norm, super::ExpmMethod::Pade, precision);
+                let dense_cost = (16.0 / 3.0 + squarings as f64) * n as f64;
+                if config.fallback && (m as f64) * (s as f64) > dense_cost {
+                    fallback.push(i);
+                } else {
+                    taylor.push((i, m, s));
+                }
+            }
+            None => fallback.push(i),
+        }
+    }
+    taylor.sort_by(|x, y| y.2.cmp(&x.2));
+    let n_taylor = taylor.len();
+    let mut order: Vec<usize> = taylor.iter().map(|t| t.0).collect();
+    order.extend_from_slice(&fallback);
+    let fallback_norms: Vec<f64> = fallback.iter().map(|&i| stats[3 * i + 2]).collect();
+    let plan = ExpmvPlan {
+        order,
+        n_taylor,
+        degrees: taylor.iter().map(|t| t.1).collect(),
+        steps: taylor.iter().map(|t| t.2).collect(),
+        fallback: (!fallback.is_empty())
+            .then(|| ExpmPlan::new(&fallback_norms, super::ExpmMethod::Pade, precision)),
+    };
+
+    let mut saved = ExpmvCheckpoints {
+        plan: plan.clone(),
+        scaled: None,
+        eta: None,
+        inv_steps: None,
+        inputs: Vec::new(),
+        used: Vec::new(),
+        fallback_exp: None,
+    };
+    let mut outputs = Vec::with_capacity(2);
+    if n_taylor > 0 {
+        let idx = &plan.order[..n_taylor];
+        let a_t = reorder(shifted, idx);
+        let mu_t = reorder(mu, idx);
+        let mut b = reorder(v.clone(), idx).unsqueeze_dim::<3>(2); // [T, n, 1]
+        let inv_s = per_matrix(plan.steps.iter().map(|&s| 1.0 / s as f64).collect(), &a_t);
+        let eta = (mu_t * inv_s.clone()).exp();
+        let scaled = a_t * inv_s.clone();
+        let degrees = per_matrix(plan.degrees.iter().map(|&m| m as f64).collect(), &scaled);
+        for k in 0..plan.max_steps() {
+            let active_rows = plan.active_at(k);
+            let prefix = |t: &Tensor<B, 3>| {
+                if active_rows == n_taylor {
+                    t.clone()
+                } else {
+                    t.clone().slice([0..active_rows])
+                }
+            };
+            let (ak, bk, mk) = (prefix(&scaled), prefix(&b), prefix(&degrees));
+            let m_top = plan.degrees[..active_rows].iter().copied().max().unwrap_or(0);
+            let (f, used, used_max) = taylor_step(ak, bk.clone(), mk, m_top, config.tol);
+            saved.inputs.push(bk);
+            saved.used.push((used, used_max));
+            let out = f * prefix(&eta);
+            b = if active_rows == n_taylor {
+                out
+            } else {
+                b.slice_assign([0..active_rows], out)
+            };
+        }
+        outputs.push(b.squeeze_dim::<2>(2));
+        saved.scaled = Some(scaled);
+        saved.eta = Some(eta);
+        saved.inv_steps = Some(inv_s);
+    }
+    if let Some(fplan) = &plan.fallback {
+        let idx = &plan.order[n_taylor..];
+        let t = dense::expm_planned(reorder(a, idx), fplan);
+        let vf = reorder(v, idx).unsqueeze_dim::<3>(2);
+        outputs.push(t.clone().matmul(vf).squeeze_dim::<2>(2));
+        saved.fallback_exp = Some(t);
+    }
+    let y = Tensor::cat(outputs, 0);
+    (unsort(y, &plan.order), saved)
+}
+
+/// One outer step: F = sum_{j <= m} (A/s)^j b / j!, stopping per matrix once the last two terms
+/// are below tol ||F||_inf. Returns F, the number of terms each matrix used and their maximum.
+fn taylor_step<B: Backend>(
+    scaled: Tensor<B, 3>,
+    b: Tensor<B, 3>,
+    degrees: Tensor<B, 3>,
+    m_top: usize,
+    tol: f64,
+) -> (Tensor<B, 3>, Tensor<B, 3>, usize) {
+    let mut f = b.clone();
+    let mut w = b;
+    let mut used = degrees.zeros_like();
+    let mut active = degrees.clone().greater_elem(0.0).float().cast(f.dtype());
+    let mut prev_norm = inf_norm(w.clone());
+    let mut used_max = 0;
+    for j in 1..=m_top {
+        w = scaled.clone().matmul(w) * (active.clone() / j as f64);
+        f = f + w.clone();
+        used = used + active.clone();
+        used_max = j;
+        let norm = inf_norm(w.clone());
+        let converged = (prev_norm + norm.clone()).lower_equal(inf_norm(f.clone()) * tol);
+        let below_degree = degrees.clone().greater_elem(j as f64);
+        active = active.mask_fill(converged.bool_or(below_degree.bool_not()), 0.0);
+        prev_norm = norm;
+        if j < m_top && active.clone().sum().into_scalar().to_f64() == 0.0 {
+            break;
+        }
+    }
+    (f, used, used_max)
+}
+
+fn unsort<B: Backend, const D: usize>(t: Tensor<B, D>, order: &[usize]) -> Tensor<B, D> {
+    if order.iter().enumerate().all(|(k, &i)| k == i) {
+        return t;
+    }
+    let mut inverse = vec![0; order.len()];
+    for (k, &i) in order.iter().enumerate() {
+        inverse[i] = k;
+    }
+    reorder(t, &inverse)
+}
+
+/// Adjoint of [`expmv_forward`]: (Abar, vbar) from the output adjoint `grad` [N, n].
+///
+/// Taylor part, per outer step in reverse (`expm.md`): Fbar = eta bbar; for j = m..1:
+/// Abar += (1/(s j)) acc w_{j-1}^T, acc = Fbar + (1/(s j)) A^T acc; bbar = acc. The inner vectors
+/// w_j are recomputed from the step's checkpoint; the rank-one updates of a step are gathered into
+/// one batched product. The shift, m and s are constants of the backward.
+pub(crate) fn expmv_backward<B: Backend>(
+    a: Tensor<B, 3>,
+    v: Tensor<B, 2>,
+    grad: Tensor<B, 2>,
+    saved: &ExpmvCheckpoints<B>,
+) -> (Tensor<B, 3>, Tensor<B, 2>) {
+    let plan = &saved.plan;
+    let [_, n, _] = a.dims();
+    let n_taylor = plan.n_taylor;
+    let grad = reorder(grad, &plan.order).unsqueeze_dim::<3>(2); // [N, n, 1]
+    let mut abars = Vec::with_capacity(2);
+    let mut vbars = Vec::with_capacity(2);
+    if n_taylor > 0 {
+        let scaled = saved.scaled.clone().expect("Taylor part saved");
+        let eta = saved.eta.clone().expect("Taylor part saved");
+        let scaled_t = scaled.clone().transpose();
+        let mut bbar = grad.clone().slice([0..n_taylor]);
+        let mut abar = scaled.zeros_like();
+        for (k, (input, (used, used_max))) in
+            saved.inputs.iter().zip(&saved.used).enumerate().rev()
+        {
+            let rows = plan.active_at(k as u64);
+            let full = rows == n_taylor;
+            let prefix = |t: &Tensor<B, 3>| {
+                if full {
+                    t.clone()
+                } else {
+                    t.clone().slice([0..rows])
+                }
+            };
+            let (ak, akt) = (prefix(&scaled), prefix(&scaled_t));
+            let fbar = prefix(&bbar) * prefix(&eta);
+            // Recompute w_0 .. w_{J-1} with the forward's term masks.
+            let mut ws = Vec::with_capacity(*used_max);
+            let mut w = input.clone();
+            for j in 1..=*used_max {
+                ws.push(w.clone());
+                if j < *used_max {
+                    let mask = used.clone().greater_equal_elem(j as f64).float().cast(w.dtype());
+                    w = ak.clone().matmul(w) * (mask / j as f64);
+                }
+            }
+            let mut acc = fbar.clone();
+            let mut cols = Vec::with_capacity(*used_max);
+            for j in (1..=*used_max).rev() {
+                let coef = used.clone().greater_equal_elem(j as f64).float().cast(acc.dtype())
+                    / j as f64;
+                cols.push(acc.clone() * coef.clone());
+                acc = fbar.clone() + akt.clone().matmul(acc) * coef;
+            }
+            if *used_max > 0 {
+                // cols[i] pairs with ws[J - 1 - i].
+                ws.reverse();
+                let delta = Tensor::cat(cols, 2).matmul(Tensor::cat(ws, 2).transpose());
+                abar = if full {
+                    abar + delta
+                } else {
+                    let head = abar.clone().slice([0..rows]) + delta;
+                    abar.slice_assign([0..rows], head)
+                };
+            }
+            bbar = if full {
+                acc
+            } else {
+                bbar.slice_assign([0..rows], acc)
+            };
+        }
+        // d(A'/s)/dA' = 1/s; the shift is a constant of the backward.
+        let inv_s = saved.inv_steps.clone().expect("Taylor part saved");
+        abars.push(abar * inv_s);
+        vbars.push(bbar);
+    }
+    if let (Some(fplan), Some(t)) = (&plan.fallback, &saved.fallback_exp) {
+        let idx = &plan.order[n_taylor..];
+        let g = grad.slice([n_taylor..plan.order.len()]);
+        let vf = reorder(v, idx).unsqueeze_dim::<3>(2);
+        let tbar = g.clone().matmul(vf.transpose());
+        abars.push(dense::expm_backward(reorder(a, idx), tbar, fplan));
+        vbars.push(t.clone().transpose().matmul(g));
+    }
+    let abar = Tensor::cat(abars, 0);
+    let vbar = Tensor::cat(vbars, 0).reshape([plan.order.len(), n]);
+    (unsort(abar, &plan.order), unsort(vbar, &plan.order))
+}

@@ -1,0 +1,326 @@
+//! The matrix exponential and the exponential-times-vector product, batched and differentiable
+//! (design note `expm.md`).
+//!
+//! * [`expm`] / [`try_expm`]: exp(A) for a batch [N, n, n]; Padé scaling and squaring by default,
+//!   Bader-Blanes-Casas Taylor on request ([`ExpmMethod`]).
+//! * [`expmv`] / [`try_expmv`]: exp(A) v without forming exp(A) (truncated Taylor with shift and
+//!   early termination), the training hot path: T(c) z is all the objective needs.
+//!
+//! # Precision
+//!
+//! f32 inputs compute in f32 with the f32 degree tables (Padé 3, 5, 7). f16 and bf16 inputs are
+//! storage formats only: they are promoted to f32, computed there and rounded once on output.
+//! f64 inputs compute in f64 with degrees up to 13: that is the test oracle.
+//!
+//! # NaN and Inf
+//!
+//! A matrix holding NaN or ±Inf gives NaN (or Inf) in its own output and leaves the other matrices
+//! of the batch untouched. Such a matrix is never scaled (`s = ceil(log2(inf))` is never a loop
+//! bound), so the call always returns in bounded time; it never panics.
+//!
+//! # Gradients
+//!
+//! On [`Autodiff`](burn::backend::Autodiff) backends both functions have their own backward:
+//! reverse mode through the polynomial scheme, the solve and the squarings for `expm`, the
+//! checkpointed discrete adjoint of the Taylor loop for `expmv`. Both are linear in the upstream
+//! gradient, so their relative accuracy does not depend on its scale.
+
+mod autodiff;
+mod backend;
+pub(crate) mod dense;
+pub(crate) mod expmv;
+pub(crate) mod plan;
+pub(crate) mod scheme;
+pub(crate) mod solve;
+
+pub use backend::ExpmBackend;
+pub use expmv::{ExpmvCheckpoints, ExpmvPlan};
+
+use burn::prelude::*;
+use burn::tensor::{DType, FloatDType, TensorPrimitive};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, VlgoError};
+
+/// How the explicit exponential approximates exp(X) after scaling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpmMethod {
+    /// Padé [m/m] with m in {3, 5, 7} (f32) or {3, 5, 7, 9, 13} (f64), one linear solve.
+    #[default]
+    Pade,
+    /// Bader-Blanes-Casas Taylor of degree up to 18 in 5 products, no solve.
+    Taylor,
+}
+
+/// Options of [`expm_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ExpmConfig {
+    /// Approximation method.
+    pub method: ExpmMethod,
+}
+
+impl ExpmConfig {
+    /// Padé (the default).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the method.
+    pub fn with_method(mut self, method: ExpmMethod) -> Self {
+        self.method = method;
+        self
+    }
+}
+
+/// Options of [`expmv_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ExpmvConfig {
+    /// Highest Taylor degree per step, 1..=24. The default 18 keeps the cancellation of terms as
+    /// large as e^theta_m within f32's accuracy bar; 24 is slightly cheaper and slightly less
+    /// accurate. (The f64 value 55 loses 2-4e-2 relative accuracy in f32.)
+    pub m_max: usize,
+    /// Early-termination tolerance relative to ||F||_inf; 2^-24 (f32 unit roundoff) by default.
+    pub tol: f64,
+    /// Shift by mu = tr(A)/n before the series (exact: exp(A) = e^mu exp(A - mu I)).
+    pub shift: bool,
+    /// Form exp(A) and multiply, per matrix, when that is cheaper than the Taylor loop.
+    pub fallback: bool,
+}
+
+impl Default for ExpmvConfig {
+    fn default() -> Self {
+        Self {
+            m_max: 18,
+            tol: 2f64.powi(-24),
+            shift: true,
+            fallback: true,
+        }
+    }
+}
+
+impl ExpmvConfig {
+    /// The defaults: m_max 18, tol 2^-24, shift and fallback on.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the highest Taylor degree (1..=24).
+    pub fn with_m_max(mut self, m_max: usize) -> Self {
+        self.m_max = m_max;
+        self
+    }
+
+    /// Sets the early-termination tolerance (0 turns early termination off).
+    pub fn with_tol(mut self, tol: f64) -> Self {
+        self.tol = tol;
+        self
+    }
+
+    /// Turns the trace shift on or off.
+    pub fn with_shift(mut self, shift: bool) -> Self {
+        self.shift = shift;
+        self
+    }
+
+    /// Turns the per-matrix fallback to the explicit exponential on or off.
+    pub fn with_fallback(mut self, fallback: bool) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Checks the options.
+    ///
+    /// ```
+    /// use vlgo_core::ExpmvConfig;
+    /// assert!(ExpmvConfig::new().with_m_max(30).validate().is_err());
+    /// assert!(ExpmvConfig::new().with_tol(f64::NAN).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=24).contains(&self.m_max) {
+            return Err(VlgoError::invalid(
+                "expmv m_max",
+                self.m_max,
+                "must lie in 1..=24 (f32 Taylor thetas exist up to 24)",
+            ));
+        }
+        if !(self.tol >= 0.0 && self.tol.is_finite()) {
+            return Err(VlgoError::invalid(
+                "expmv tol",
+                self.tol,
+                "must be finite and >= 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_square(op: &'static str, dims: [usize; 3]) -> Result<()> {
+    if dims[1] != dims[2] || dims[1] == 0 {
+        return Err(VlgoError::Shape {
+            op,
+            expected: "square matrices [N, n, n] with n >= 1".into(),
+            got: dims.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// The dtype the exponential computes in for an input dtype: halves promote to f32.
+fn compute_dtype(op: &'static str, dtype: DType) -> Result<Option<FloatDType>> {
+    match dtype {
+        DType::F32 | DType::F64 => Ok(None),
+        DType::F16 | DType::BF16 => Ok(Some(FloatDType::F32)),
+        other => Err(VlgoError::UnsupportedDType {
+            op,
+            dtype: format!("{other:?}"),
+        }),
+    }
+}
+
+fn promote<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    to: Option<FloatDType>,
+) -> Tensor<B, D> {
+    match to {
+        Some(dtype) => t.cast(dtype),
+        None => t,
+    }
+}
+
+/// exp(A) for a batch of square matrices [N, n, n], Padé scaling and squaring.
+///
+/// Panics on a non-square input, like Burn's own ops; [`try_expm`] returns an error instead.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// // A rotation generator: exp gives [[cos 1, -sin 1], [sin 1, cos 1]].
+/// let a = Tensor::<NdArray, 3>::from_data([[[0.0, -1.0], [1.0, 0.0]]], &device);
+/// let t = vlgo_core::expm(a).into_data().to_vec::<f32>().unwrap();
+/// assert!((t[0] - 1f32.cos()).abs() < 1e-6 && (t[2] - 1f32.sin()).abs() < 1e-6);
+/// ```
+pub fn expm<B: ExpmBackend>(a: Tensor<B, 3>) -> Tensor<B, 3> {
+    match try_expm(a) {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Fallible [`expm`]: an error for a non-square input or a non-float dtype.
+pub fn try_expm<B: ExpmBackend>(a: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+    expm_with(a, &ExpmConfig::default())
+}
+
+/// [`try_expm`] with options (method).
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+/// use vlgo_core::{ExpmConfig, ExpmMethod};
+///
+/// let a = Tensor::<NdArray, 3>::from_data([[[0.5]]], &Default::default());
+/// let t = vlgo_core::expm_with(a, &ExpmConfig::new().with_method(ExpmMethod::Taylor)).unwrap();
+/// assert!((t.into_scalar() - 0.5f32.exp()).abs() < 1e-6);
+/// ```
+pub fn expm_with<B: ExpmBackend>(a: Tensor<B, 3>, config: &ExpmConfig) -> Result<Tensor<B, 3>> {
+    check_square("expm", a.dims())?;
+    let dtype = a.dtype();
+    let promote_to = compute_dtype("expm", dtype)?;
+    let a = promote(a, promote_to);
+    let t = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(B::expm(
+        a.into_primitive().tensor(),
+        config.method,
+    )));
+    Ok(match promote_to {
+        Some(_) => t.cast(dtype),
+        None => t,
+    })
+}
+
+/// exp(A) over the last two dimensions of a tensor of any rank >= 2, e.g. block-diagonal
+/// generators [.., S, b, b].
+pub fn try_expm_nd<B: ExpmBackend, const D: usize>(a: Tensor<B, D>) -> Result<Tensor<B, D>> {
+    let dims = a.dims();
+    if D < 2 {
+        return Err(VlgoError::Shape {
+            op: "expm",
+            expected: "a tensor of rank >= 2 [.., n, n]".into(),
+            got: dims.to_vec(),
+        });
+    }
+    let (n, m) = (dims[D - 2], dims[D - 1]);
+    let batch: usize = dims[..D - 2].iter().product();
+    check_square("expm", [batch, n, m]).map_err(|_| VlgoError::Shape {
+        op: "expm",
+        expected: "square matrices [.., n, n] with n >= 1".into(),
+        got: dims.to_vec(),
+    })?;
+    Ok(try_expm(a.reshape([batch, n, n]))?.reshape(dims))
+}
+
+/// y_i = exp(A_i) v_i for a batch, A [N, n, n] and v [N, n], without forming exp(A_i).
+///
+/// Panics on mismatched shapes; [`try_expmv`] returns an error instead.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// let a = Tensor::<NdArray, 3>::from_data([[[0.0, -1.0], [1.0, 0.0]]], &device);
+/// let v = Tensor::<NdArray, 2>::from_data([[1.0, 0.0]], &device);
+/// let y = vlgo_core::expmv(a, v).into_data().to_vec::<f32>().unwrap();
+/// assert!((y[0] - 1f32.cos()).abs() < 1e-6 && (y[1] - 1f32.sin()).abs() < 1e-6);
+/// ```
+pub fn expmv<B: ExpmBackend>(a: Tensor<B, 3>, v: Tensor<B, 2>) -> Tensor<B, 2> {
+    match try_expmv(a, v) {
+        Ok(y) => y,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Fallible [`expmv`].
+pub fn try_expmv<B: ExpmBackend>(a: Tensor<B, 3>, v: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+    expmv_with(a, v, &ExpmvConfig::default())
+}
+
+/// [`try_expmv`] with options.
+pub fn expmv_with<B: ExpmBackend>(
+    a: Tensor<B, 3>,
+    v: Tensor<B, 2>,
+    config: &ExpmvConfig,
+) -> Result<Tensor<B, 2>> {
+    config.validate()?;
+    let dims = a.dims();
+    check_square("expmv", dims)?;
+    let vdims = v.dims();
+    if vdims != [dims[0], dims[1]] {
+        return Err(VlgoError::ShapeMismatch {
+            op: "expmv",
+            what: "v must be [N, n] for A [N, n, n]",
+            lhs: dims.to_vec(),
+            rhs: vdims.to_vec(),
+        });
+    }
+    let dtype = a.dtype();
+    let promote_to = compute_dtype("expmv", dtype)?;
+    let v_dtype = v.dtype();
+    let a = promote(a, promote_to);
+    let v = if v_dtype == a.dtype() {
+        v
+    } else {
+        v.cast(a.dtype())
+    };
+    if dims[0] == 0 {
+        return Ok(v);
+    }
+    let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::expmv(
+        a.into_primitive().tensor(),
+        v.into_primitive().tensor(),
+        *config,
+    )));
+    Ok(if y.dtype() == dtype { y } else { y.cast(dtype) })
+}

@@ -1,0 +1,58 @@
+//! Test support, shared by the workspace's test suites: the backend the tests run on and a few
+//! comparisons. Not part of the stable API.
+//!
+//! The backend is `NdArray` unless a `test-*` feature names another (cargo aliases
+//! `cargo test-flex`, `cargo test-wgpu`, `cargo test-cuda`).
+
+use burn::prelude::*;
+
+#[cfg(feature = "test-wgpu")]
+/// The backend the tests run on.
+pub type TestBackend = burn::backend::Wgpu;
+#[cfg(all(feature = "test-cuda", not(feature = "test-wgpu")))]
+/// The backend the tests run on.
+pub type TestBackend = burn::backend::Cuda;
+#[cfg(all(
+    feature = "test-flex",
+    not(any(feature = "test-wgpu", feature = "test-cuda"))
+))]
+/// The backend the tests run on.
+pub type TestBackend = burn::backend::Flex;
+#[cfg(not(any(feature = "test-flex", feature = "test-wgpu", feature = "test-cuda")))]
+/// The backend the tests run on.
+pub type TestBackend = burn::backend::NdArray;
+
+/// [`TestBackend`] with autodiff.
+pub type TestAutodiffBackend = burn::backend::Autodiff<TestBackend>;
+
+/// Whether the test backend computes in f64 (lavapipe and some GPUs do not).
+pub fn supports_f64() -> bool {
+    <TestBackend as Backend>::supports_dtype(&Default::default(), burn::tensor::DType::F64)
+}
+
+/// Largest absolute difference of two tensors.
+pub fn max_abs_diff<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
+    (a - b).abs().max().into_scalar().to_f64()
+}
+
+/// ||a - b||_F / ||b||_F over all elements, in f64 on the host.
+pub fn rel_frobenius<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
+    let a = to_f64(a);
+    let b = to_f64(b);
+    rel_frobenius_host(&a, &b)
+}
+
+/// Relative Frobenius error of host vectors.
+pub fn rel_frobenius_host(a: &[f64], b: &[f64]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// A tensor's values as f64 on the host.
+pub fn to_f64<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .expect("float tensor converts to f64")
+}
