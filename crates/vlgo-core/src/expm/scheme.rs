@@ -195,7 +195,9 @@ pub(crate) fn taylor(m: usize) -> Program {
             let x4 = (-271.0 + 29.0 * sqrt_177) / (315.0 * x3);
             let x5 = (-11.0 + 11.0 * sqrt_177) / (1260.0 * x3);
             let x6 = (-99.0 + 11.0 * sqrt_177) / (5040.0 * x3);
-            let x7 = (89.0 - sqrt_177) / (5040.0 * x3);
+            // x3 squared (Bader-Blanes-Casas 2019): with a single x3, as one widely used
+            // implementation has it, the scheme matches the series only up to degree 4.
+            let x7 = (89.0 - sqrt_177) / (5040.0 * x3 * x3);
             let y2 = (857.0 - 58.0 * sqrt_177) / 630.0;
             let a2 = p.mm(x, x);
             let w = p.lin(vec![(x, x1), (a2, x2c)], 0.0);
@@ -385,7 +387,8 @@ mod tests {
         for (m, x) in [(3, 0.01), (5, 0.2), (7, 0.9), (9, 2.0), (13, 5.0)] {
             let (u, v) = scalar(&pade(m), x);
             let r = (v + u) / (v - u);
-            assert!((r / x.exp() - 1.0).abs() < 1e-15, "degree {m}: {r}");
+            // (V - U) loses a few digits to cancellation at the top of each degree's range.
+            assert!((r / x.exp() - 1.0).abs() < 1e-13, "degree {m}: {r}");
         }
     }
 }

@@ -1,0 +1,288 @@
+//! Forward accuracy of the explicit exponential (`expm.md`, "Test suite" and "Accuracy bar").
+
+use burn::prelude::*;
+use burn::tensor::DType;
+use serde::Deserialize;
+use vlgo_core::{ExpmConfig, ExpmMethod, expm_with};
+
+use crate::common::*;
+
+#[derive(Deserialize)]
+struct Fixtures {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    n: usize,
+    a: Vec<f64>,
+    expm: Vec<f64>,
+}
+
+fn fixtures() -> Vec<Case> {
+    let text = include_str!("../data/expm-fixtures.json");
+    serde_json::from_str::<Fixtures>(text)
+        .expect("fixture file parses")
+        .cases
+}
+
+fn run(a: &[f64], n: usize, dtype: DType, method: ExpmMethod) -> Vec<f64> {
+    let t = expm_with(batch::<B>(a, n, dtype), &ExpmConfig::new().with_method(method)).unwrap();
+    assert_eq!(t.dtype(), dtype, "output keeps the input dtype");
+    to_f64(t)
+}
+
+const METHODS: [ExpmMethod; 2] = [ExpmMethod::Pade, ExpmMethod::Taylor];
+
+#[test]
+fn every_fixture_meets_the_f32_bar() {
+    let mut failures = Vec::new();
+    for case in fixtures() {
+        for method in METHODS {
+            let got = run(&case.a, case.n, DType::F32, method);
+            let err = rel_frobenius_host(&got, &case.expm);
+            let bar = f32_bar(&case.a, case.n);
+            if !(err <= bar) {
+                failures.push(format!("{} {method:?}: {err:.3e} > {bar:.3e}", case.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn f64_oracle_matches_the_fixtures() {
+    if !supports_f64() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for case in fixtures() {
+        for method in METHODS {
+            let got = run(&case.a, case.n, DType::F64, method);
+            let err = rel_frobenius_host(&got, &case.expm);
+            // 1e-12 where the condition allows: the exponential's relative condition number
+            // grows like ||A||, so the bar scales with it the same way as the f32 bar.
+            let bar = 1e-12 * (1.0 + two_norm(&case.a, case.n));
+            if !(err <= bar) {
+                failures.push(format!("{} {method:?}: {err:.3e} > {bar:.3e}", case.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn closed_forms_zero_diagonal_scalar_jordan() {
+    // zero -> I
+    let z = run(&[0.0; 16], 4, DType::F32, ExpmMethod::Pade);
+    let eye: Vec<f64> = (0..16).map(|k| if k % 5 == 0 { 1.0 } else { 0.0 }).collect();
+    assert_eq!(z, eye);
+    // diagonal
+    let d = [-2.0f64, 0.3, 1.5];
+    let mut a = vec![0.0; 9];
+    let mut e = vec![0.0; 9];
+    for i in 0..3 {
+        a[i * 4] = d[i];
+        e[i * 4] = d[i].exp();
+    }
+    for method in METHODS {
+        assert!(rel_frobenius_host(&run(&a, 3, DType::F32, method), &e) < f32_bar(&a, 3));
+        // 1x1 is exp
+        let s = run(&[-1.3], 1, DType::F32, method)[0];
+        assert!((s / (-1.3f64).exp() - 1.0).abs() < 4.0 * U32, "{s}");
+    }
+    // nilpotent Jordan block: entries t^k / k! on the k-th superdiagonal
+    let (n, t) = (6, 0.7f64);
+    let mut a = vec![0.0; n * n];
+    for i in 0..n - 1 {
+        a[i * n + i + 1] = t;
+    }
+    let mut e = vec![0.0; n * n];
+    for i in 0..n {
+        for j in i..n {
+            let k = (j - i) as i32;
+            e[i * n + j] = t.powi(k) / (1..=k).map(f64::from).product::<f64>();
+        }
+    }
+    for method in METHODS {
+        assert!(rel_frobenius_host(&run(&a, n, DType::F32, method), &e) < f32_bar(&a, n));
+    }
+}
+
+#[test]
+fn block_rotations_up_to_frequency_400() {
+    // Many squarings: frequency 400 needs s = 7 at degree 7.
+    let (a, e) = rotation_blocks(&[0.05, 1.0, 3.0, 40.0, 400.0], 0.0);
+    let (ad, ed) = rotation_blocks(&[0.5, 7.0], -0.3);
+    for method in METHODS {
+        let err = rel_frobenius_host(&run(&a, 10, DType::F32, method), &e);
+        assert!(err < f32_bar(&a, 10), "{method:?}: {err:.3e}");
+        let err = rel_frobenius_host(&run(&ad, 4, DType::F32, method), &ed);
+        assert!(err < f32_bar(&ad, 4), "{method:?}: {err:.3e}");
+    }
+}
+
+#[test]
+fn initialisation_form_has_its_closed_form() {
+    // c (r I + w J), J = blockdiag of [[0, -1], [1, 0]]: exp = e^{cr}(cos(cw) I + sin(cw) J).
+    let (n, r, w) = (16, 3e-5f64, 2.7f64);
+    for c in [0.05f64, 1.0, 5.0] {
+        let mut a = vec![0.0; n * n];
+        let mut e = vec![0.0; n * n];
+        for k in 0..n / 2 {
+            let (i, j) = (2 * k, 2 * k + 1);
+            a[i * n + i] = c * r;
+            a[j * n + j] = c * r;
+            a[i * n + j] = -c * w;
+            a[j * n + i] = c * w;
+            let g = (c * r).exp();
+            e[i * n + i] = g * (c * w).cos();
+            e[j * n + j] = g * (c * w).cos();
+            e[i * n + j] = -g * (c * w).sin();
+            e[j * n + i] = g * (c * w).sin();
+        }
+        for method in METHODS {
+            let err = rel_frobenius_host(&run(&a, n, DType::F32, method), &e);
+            assert!(err < f32_bar(&a, n), "c = {c} {method:?}: {err:.3e}");
+        }
+    }
+}
+
+#[test]
+fn conjugated_normal_matrices_whose_one_norm_exceeds_the_radius() {
+    let mut g = rng(7);
+    let n = 12;
+    let q = random_orthogonal(&mut g, n);
+    let freqs: Vec<f64> = (0..n / 2).map(|k| 0.8 * (k + 1) as f64).collect();
+    let (b, eb) = rotation_blocks(&freqs, -0.1);
+    let bm = nalgebra::DMatrix::from_row_slice(n, n, &b);
+    let ebm = nalgebra::DMatrix::from_row_slice(n, n, &eb);
+    let a = row_major(&(&q * bm * q.transpose()));
+    let e = row_major(&(&q * ebm * q.transpose()));
+    for method in METHODS {
+        let err = rel_frobenius_host(&run(&a, n, DType::F32, method), &e);
+        assert!(err < f32_bar(&a, n), "{method:?}: {err:.3e}");
+    }
+}
+
+#[test]
+fn group_identities_hold() {
+    let mut g = rng(11);
+    let n = 8;
+    let device = device();
+    // Skew-symmetric A: T orthogonal, det T = e^{tr A} = 1.
+    let r = random_matrix(&mut g, n, 3.0);
+    let skew: Vec<f64> = (0..n * n)
+        .map(|k| {
+            let (i, j) = (k / n, k % n);
+            r[i * n + j] - r[j * n + i]
+        })
+        .collect();
+    let a = random_matrix(&mut g, n, 2.5);
+    let neg: Vec<f64> = a.iter().map(|x| -x).collect();
+    let twice: Vec<f64> = a.iter().map(|x| 2.0 * x).collect();
+    for method in METHODS {
+        let cfg = ExpmConfig::new().with_method(method);
+        let t = expm_with(batch::<B>(&skew, n, DType::F32), &cfg).unwrap();
+        let tt = t.clone().transpose().matmul(t.clone());
+        let eye = Tensor::<B, 2>::eye(n, &device).unsqueeze_dim::<3>(0);
+        assert!(to_f64(tt - eye).iter().all(|x| x.abs() < 2e-5), "{method:?}");
+        let det = nalgebra::DMatrix::from_row_slice(n, n, &to_f64(t)).determinant();
+        assert!((det - 1.0).abs() < 1e-5, "{method:?}: det {det}");
+
+        let ea = expm_with(batch::<B>(&a, n, DType::F32), &cfg).unwrap();
+        let ena = expm_with(batch::<B>(&neg, n, DType::F32), &cfg).unwrap();
+        let prod = to_f64(ea.clone().matmul(ena));
+        let eye: Vec<f64> = (0..n * n).map(|k| if k % (n + 1) == 0 { 1.0 } else { 0.0 }).collect();
+        assert!(rel_frobenius_host(&prod, &eye) < 1e-5, "{method:?}");
+
+        let e2a = to_f64(expm_with(batch::<B>(&twice, n, DType::F32), &cfg).unwrap());
+        let sq = to_f64(ea.clone().matmul(ea));
+        assert!(rel_frobenius_host(&sq, &e2a) < 1e-5, "{method:?}");
+    }
+}
+
+#[test]
+fn every_degree_branch_runs_and_a_mixed_batch_equals_the_loop() {
+    let mut g = rng(3);
+    let n = 6;
+    // Norms between consecutive thetas of both methods and precisions, plus scaled ones.
+    let norms = [
+        1e-8, 1e-5, 0.01, 0.04, 0.2, 0.4, 0.5, 0.9, 1.4, 1.9, 2.5, 3.0, 3.9, 5.0, 12.0, 60.0,
+    ];
+    let mats: Vec<Vec<f64>> = norms.iter().map(|&s| random_matrix(&mut g, n, s)).collect();
+    let all: Vec<f64> = mats.concat();
+    for method in METHODS {
+        let cfg = ExpmConfig::new().with_method(method);
+        let together = to_f64(expm_with(batch::<B>(&all, n, DType::F32), &cfg).unwrap());
+        for (k, a) in mats.iter().enumerate() {
+            let alone = to_f64(expm_with(batch::<B>(a, n, DType::F32), &cfg).unwrap());
+            let part = &together[k * n * n..(k + 1) * n * n];
+            assert!(
+                rel_frobenius_host(part, &alone) < 1e-6,
+                "{method:?} norm {}",
+                norms[k]
+            );
+            let err = rel_frobenius_host(part, &reference_expm(a, n));
+            assert!(err < f32_bar(a, n), "{method:?} norm {}: {err:.3e}", norms[k]);
+        }
+    }
+}
+
+#[test]
+fn nan_and_inf_give_non_finite_output_and_leave_the_batch_alone() {
+    let n = 3;
+    let good = [0.1, 0.2, 0.0, -0.3, 0.0, 0.5, 0.0, 0.1, 0.2];
+    let mut nan = good;
+    nan[4] = f64::NAN;
+    let mut inf = good;
+    inf[1] = f64::INFINITY;
+    let mut ninf = good;
+    ninf[0] = f64::NEG_INFINITY;
+    let data = [good, nan, inf, ninf, good].concat();
+    for method in METHODS {
+        let out = run(&data, n, DType::F32, method);
+        let ok = reference_expm(&good, n);
+        for k in [0, 4] {
+            assert!(rel_frobenius_host(&out[k * 9..(k + 1) * 9], &ok) < 1e-6);
+        }
+        for k in 1..4 {
+            assert!(
+                out[k * 9..(k + 1) * 9].iter().any(|x| !x.is_finite()),
+                "matrix {k} {method:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn half_precision_inputs_compute_in_f32_and_round_once() {
+    let device = device();
+    let mut g = rng(5);
+    let n = 8;
+    for (dtype, u_out) in [(DType::F16, 2f64.powi(-11)), (DType::BF16, 2f64.powi(-8))] {
+        if !<B as Backend>::supports_dtype(&device, dtype) {
+            continue; // NdArray has no half types; Flex has both, lavapipe f16 only.
+        }
+        for norm in [0.5, 6.0] {
+            let a = random_matrix(&mut g, n, norm);
+            let t = batch::<B>(&a, n, DType::F32).cast(dtype);
+            let rounded = to_f64(t.clone());
+            let out = vlgo_core::expm(t);
+            assert_eq!(out.dtype(), dtype);
+            let err = rel_frobenius_host(&to_f64(out), &reference_expm(&rounded, n));
+            assert!(err <= 2.0 * u_out, "{dtype:?} norm {norm}: {err:.3e}");
+        }
+    }
+}
+
+#[test]
+fn rank_generic_form_matches_the_batched_one() {
+    let mut g = rng(9);
+    let a = [random_matrix(&mut g, 4, 1.0), random_matrix(&mut g, 4, 2.0)].concat();
+    let flat = batch::<B>(&a, 4, DType::F32);
+    let nd = vlgo_core::try_expm_nd(flat.clone().reshape([1, 2, 4, 4])).unwrap();
+    assert_eq!(nd.dims(), [1, 2, 4, 4]);
+    assert_eq!(to_f64(nd), to_f64(vlgo_core::expm(flat)));
+}

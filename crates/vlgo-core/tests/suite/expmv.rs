@@ -1,0 +1,150 @@
+//! Exponential times vector: agreement with expm(A) v, the fallback, and its adjoint.
+
+use burn::prelude::*;
+use burn::tensor::DType;
+use vlgo_core::{ExpmvConfig, expmv_with};
+
+use crate::common::*;
+
+fn vectors(r: &mut rand::rngs::StdRng, count: usize, n: usize) -> Vec<f64> {
+    (0..count * n).map(|_| gaussian(r)).collect()
+}
+
+fn vec_tensor<BK: Backend>(data: &[f64], n: usize, dtype: DType) -> Tensor<BK, 2> {
+    Tensor::<BK, 1>::from_data(
+        TensorData::new(data.to_vec(), [data.len()]),
+        (&Default::default(), dtype),
+    )
+    .reshape([data.len() / n, n])
+}
+
+fn reference(a: &[f64], v: &[f64], n: usize) -> Vec<f64> {
+    let count = v.len() / n;
+    let mut out = Vec::with_capacity(v.len());
+    for k in 0..count {
+        let e = reference_expm(&a[k * n * n..(k + 1) * n * n], n);
+        for i in 0..n {
+            out.push((0..n).map(|j| e[i * n + j] * v[k * n + j]).sum());
+        }
+    }
+    out
+}
+
+#[test]
+fn expmv_equals_expm_times_v_across_norms() {
+    let mut r = rng(31);
+    let n = 16;
+    for cfg in [
+        ExpmvConfig::new(),
+        ExpmvConfig::new().with_m_max(24),
+        ExpmvConfig::new().with_shift(false),
+        ExpmvConfig::new().with_fallback(false),
+        ExpmvConfig::new().with_tol(0.0),
+    ] {
+        let norms = [0.0, 1e-3, 0.3, 1.6, 10.0, 60.0, 300.0];
+        let mats: Vec<Vec<f64>> = norms.iter().map(|&s| random_matrix(&mut r, n, s)).collect();
+        // Rotations: large 1-norm, bounded result; and a shifted one (trace far from 0).
+        let (rot, _) = rotation_blocks(&[0.5, 3.0, 9.0, 25.0, 1.0, 2.0, 4.0, 8.0], -0.05);
+        let shifted: Vec<f64> = mats[3]
+            .iter()
+            .enumerate()
+            .map(|(k, x)| if k % (n + 1) == 0 { x - 4.0 } else { *x })
+            .collect();
+        let all = [mats.concat(), rot.clone(), shifted.clone()].concat();
+        let count = all.len() / (n * n);
+        let v = vectors(&mut r, count, n);
+        let y = expmv_with(batch::<B>(&all, n, DType::F32), vec_tensor::<B>(&v, n, DType::F32), &cfg)
+            .unwrap();
+        let y = to_f64(y);
+        let want = reference(&all, &v, n);
+        for k in 0..count {
+            let a = &all[k * n * n..(k + 1) * n * n];
+            let err = rel_frobenius_host(&y[k * n..(k + 1) * n], &want[k * n..(k + 1) * n]);
+            // exp(A) v is as well conditioned as exp(A); allow the expm bar with the norm.
+            let bar = 10.0 * (1.0 + two_norm(a, n)) * U32 * 4.0;
+            assert!(err <= bar.max(1e-6), "{cfg:?} matrix {k}: {err:.3e} > {bar:.3e}");
+        }
+    }
+}
+
+#[test]
+fn expmv_in_f64_is_the_oracle() {
+    if !supports_f64() {
+        return;
+    }
+    let mut r = rng(32);
+    let n = 8;
+    let a = [random_matrix(&mut r, n, 0.7), random_matrix(&mut r, n, 20.0)].concat();
+    let v = vectors(&mut r, 2, n);
+    let y = expmv_with(batch::<B>(&a, n, DType::F64), vec_tensor::<B>(&v, n, DType::F64), &ExpmvConfig::new()).unwrap();
+    assert!(rel_frobenius_host(&to_f64(y), &reference(&a, &v, n)) < 1e-12);
+}
+
+/// d/dA, d/dv of sum(g * expmv(A, v)) by our adjoint.
+fn adjoint(a: &[f64], v: &[f64], g: &[f64], n: usize, cfg: &ExpmvConfig) -> (Vec<f64>, Vec<f64>) {
+    let at = batch::<AD>(a, n, DType::F32).require_grad();
+    let vt = vec_tensor::<AD>(v, n, DType::F32).require_grad();
+    let gt = vec_tensor::<AD>(g, n, DType::F32);
+    let y = expmv_with(at.clone(), vt.clone(), cfg).unwrap();
+    let grads = (y * gt).sum().backward();
+    (
+        to_f64(at.grad(&grads).expect("A gets a gradient")),
+        to_f64(vt.grad(&grads).expect("v gets a gradient")),
+    )
+}
+
+/// The exact gradients from float64 references: dA = block trick with G = g v^T, dv = expm(A)^T g.
+fn exact(a: &[f64], v: &[f64], g: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
+    let count = v.len() / n;
+    let mut ga = Vec::new();
+    let mut gv = Vec::new();
+    for k in 0..count {
+        let ak = nalgebra::DMatrix::from_row_slice(n, n, &a[k * n * n..(k + 1) * n * n]);
+        let vk = nalgebra::DVector::from_row_slice(&v[k * n..(k + 1) * n]);
+        let gk = nalgebra::DVector::from_row_slice(&g[k * n..(k + 1) * n]);
+        let outer = &gk * vk.transpose();
+        let mut big = nalgebra::DMatrix::zeros(2 * n, 2 * n);
+        big.view_mut((0, 0), (n, n)).copy_from(&ak.transpose());
+        big.view_mut((n, n), (n, n)).copy_from(&ak.transpose());
+        big.view_mut((0, n), (n, n)).copy_from(&outer);
+        let e = big.exp();
+        ga.extend(row_major(&e.view((0, n), (n, n)).into_owned()));
+        gv.extend((ak.exp().transpose() * gk).iter().copied());
+    }
+    (ga, gv)
+}
+
+#[test]
+fn expmv_adjoint_matches_float64_references() {
+    let mut r = rng(33);
+    let n = 8;
+    for cfg in [ExpmvConfig::new(), ExpmvConfig::new().with_fallback(false), ExpmvConfig::new().with_shift(false)] {
+        for norm in [0.2, 2.0, 9.0, 80.0] {
+            let a = [random_matrix(&mut r, n, norm), random_matrix(&mut r, n, norm / 3.0)].concat();
+            let v = vectors(&mut r, 2, n);
+            let g = vectors(&mut r, 2, n);
+            let (ga, gv) = adjoint(&a, &v, &g, n, &cfg);
+            let (ea, ev) = exact(&a, &v, &g, n);
+            let (erra, errv) = (rel_frobenius_host(&ga, &ea), rel_frobenius_host(&gv, &ev));
+            assert!(erra <= 1e-4, "{cfg:?} norm {norm}: dA {erra:.3e}");
+            assert!(errv <= 1e-4, "{cfg:?} norm {norm}: dv {errv:.3e}");
+        }
+    }
+}
+
+#[test]
+fn expmv_adjoint_is_invariant_to_the_upstream_scale() {
+    let mut r = rng(34);
+    let n = 8;
+    let a = random_matrix(&mut r, n, 5.0);
+    let v = vectors(&mut r, 1, n);
+    let g = vectors(&mut r, 1, n);
+    let big: Vec<f64> = g.iter().map(|x| x * 65536.0).collect();
+    let (ea, _) = exact(&a, &v, &g, n);
+    let cfg = ExpmvConfig::new();
+    let (ga, _) = adjoint(&a, &v, &g, n, &cfg);
+    let (gb, _) = adjoint(&a, &v, &big, n, &cfg);
+    let gb: Vec<f64> = gb.iter().map(|x| x / 65536.0).collect();
+    let (e1, e2) = (rel_frobenius_host(&ga, &ea), rel_frobenius_host(&gb, &ea));
+    assert!(e1 <= 1e-4 && (e2 - e1).abs() <= 0.01 * e1 + 1e-9, "{e1:.3e} vs {e2:.3e}");
+}
