@@ -20,10 +20,24 @@
 //! [`ExpmBackend`] for the matching Burn backends; `Autodiff` over any of them gets the
 //! exponential's own backward.
 
+pub mod best_of_j;
 pub mod error;
 pub mod expm;
+pub mod laplace;
+pub mod loss;
+pub mod operators;
+pub mod rng;
 #[doc(hidden)]
 pub mod testing;
+
+pub use best_of_j::{BestOfJ, best_of_j, best_of_j_seeded};
+pub use laplace::{
+    FixedPrior, LaplaceParams, Threshold, ThresholdVariant, WarmupBlend, kl_divergence,
+    laplace_noise, sample, warmup_prior,
+};
+pub use loss::{distance_improvement, manifold_loss};
+pub use operators::{BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, TransportMethod};
+pub use rng::NoiseStreams;
 
 pub use error::{Result, VlgoError};
 pub use expm::{

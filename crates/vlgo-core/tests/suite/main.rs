@@ -6,3 +6,5 @@ mod errors;
 mod expm_accuracy;
 mod expm_gradients;
 mod expmv;
+mod laplace;
+mod operators;

@@ -1,0 +1,41 @@
+//! The manifold objective and its diagnostics (design note `math.md`, section 4).
+
+use burn::prelude::*;
+
+use crate::error::{Result, VlgoError};
+
+fn check_pair<B: Backend>(op: &'static str, a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Result<()> {
+    if a.dims() != b.dims() {
+        return Err(VlgoError::ShapeMismatch {
+            op,
+            what: "both feature batches must be [N, d]",
+            lhs: a.dims().to_vec(),
+            rhs: b.dims().to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// L_m = mean over batch and features of (z_hat - sg(z1))^2, z_hat = T(c) z0.
+///
+/// The target is detached (stop-gradient); z_hat is not, so the loss also trains whatever produced
+/// z0. The mean over features follows the public code (the paper's sum is a factor d larger).
+pub fn manifold_loss<B: Backend>(z_hat: Tensor<B, 2>, z1: Tensor<B, 2>) -> Result<Tensor<B, 1>> {
+    check_pair("manifold_loss", &z_hat, &z1)?;
+    Ok((z_hat - z1.detach()).square().mean())
+}
+
+/// Distance improvement DI = mean_n ||z1 - z_hat||^2 / (||z1 - z0||^2 + 1e-6), a diagnostic
+/// (no gradient). DI < 1 means the operators move z0 toward z1; a falling loss with DI >= 1
+/// means collapse, not learning.
+pub fn distance_improvement<B: Backend>(
+    z0: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+    z_hat: Tensor<B, 2>,
+) -> Result<f64> {
+    check_pair("distance_improvement", &z0, &z1)?;
+    check_pair("distance_improvement", &z_hat, &z1)?;
+    let after = (z1.clone() - z_hat).detach().square().sum_dim(1);
+    let before = (z1 - z0).detach().square().sum_dim(1) + 1e-6;
+    Ok((after / before).mean().into_scalar().to_f64())
+}

@@ -1,0 +1,330 @@
+//! Lie group operators: a dictionary of generators Psi_m and the transport
+//! T(c) z = expm(sum_m c_m Psi_m) z (design note `math.md`, section 1).
+
+use burn::module::Param;
+use burn::prelude::*;
+use nalgebra::DMatrix;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::error::VlgoError;
+
+// `#[derive(Config)]` expands to code that names `Result` unqualified.
+type VlgoResult<T> = crate::error::Result<T>;
+use crate::expm::{ExpmBackend, ExpmvConfig, expmv_with, try_expm};
+use crate::rng::NoiseStreams;
+
+/// How the generators act on a d-dimensional feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "form", content = "block_size")]
+pub enum OperatorForm {
+    /// One dense d x d generator each (S = 1, b = d).
+    Dense,
+    /// blockdiag(Psi[m, 0], .., Psi[m, S-1]) with S = d / b blocks of b x b; one coefficient per
+    /// generator, shared by all blocks.
+    BlockDiagonal(usize),
+    /// A dense b x b generator acting on the first b features only (ManifoldDirectCLR); the rest
+    /// pass through unchanged.
+    Direct(usize),
+}
+
+/// How transport computes T(c) z.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportMethod {
+    /// exp(A) z without forming exp(A) (the default: the cheaper hot path).
+    #[default]
+    Expmv,
+    /// Form T = expm(A), then multiply.
+    Expm,
+}
+
+/// Configuration of a [`LieOperators`] dictionary.
+#[derive(Config, Debug)]
+pub struct LieOperatorsConfig {
+    /// Number of generators M (>= 1).
+    pub num_operators: usize,
+    /// Feature dimension d.
+    pub dim: usize,
+    /// How the generators act on features.
+    #[config(default = "OperatorForm::Dense")]
+    pub form: OperatorForm,
+    /// Width of the centred uniform range of the identity part r (the paper's alpha).
+    #[config(default = 1e-4)]
+    pub init_alpha: f64,
+    /// Width of the centred uniform range of the rotation part w (the paper's beta).
+    #[config(default = 6.0)]
+    pub init_beta: f64,
+    /// Seed of the initialisation draws.
+    #[config(default = 0)]
+    pub seed: u64,
+}
+
+/// The block layout of a validated configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockLayout {
+    /// Number of blocks S.
+    pub blocks: usize,
+    /// Block size b.
+    pub block_size: usize,
+    /// Features the generators act on (S b); the rest pass through.
+    pub active: usize,
+}
+
+impl LieOperatorsConfig {
+    /// Checks the configuration and returns its block layout.
+    ///
+    /// ```
+    /// use vlgo_core::{LieOperatorsConfig, OperatorForm};
+    /// assert!(LieOperatorsConfig::new(4, 64).with_form(OperatorForm::BlockDiagonal(16)).validate().is_ok());
+    /// assert!(LieOperatorsConfig::new(4, 64).with_form(OperatorForm::BlockDiagonal(15)).validate().is_err());
+    /// assert!(LieOperatorsConfig::new(0, 64).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> VlgoResult<BlockLayout> {
+        if self.num_operators == 0 {
+            return Err(VlgoError::invalid("num_operators (M)", 0, "must be >= 1"));
+        }
+        if self.dim == 0 {
+            return Err(VlgoError::invalid("dim (d)", 0, "must be >= 1"));
+        }
+        let (blocks, b) = match self.form {
+            OperatorForm::Dense => (1, self.dim),
+            OperatorForm::BlockDiagonal(b) => {
+                if b == 0 || self.dim % b != 0 {
+                    return Err(VlgoError::invalid(
+                        "block_size (b)",
+                        format!("{b} for d = {}", self.dim),
+                        "must be >= 1 and divide the feature dimension d",
+                    ));
+                }
+                (self.dim / b, b)
+            }
+            OperatorForm::Direct(b) => {
+                if b == 0 || b > self.dim {
+                    return Err(VlgoError::invalid(
+                        "block_size (b)",
+                        format!("{b} for d = {}", self.dim),
+                        "must lie in 1..=d for the direct form",
+                    ));
+                }
+                (1, b)
+            }
+        };
+        if b % 2 != 0 {
+            return Err(VlgoError::invalid(
+                "block_size (b)",
+                b,
+                "must be even: the stable initialisation pairs features into 2x2 rotations",
+            ));
+        }
+        for (name, v) in [("init_alpha", self.init_alpha), ("init_beta", self.init_beta)] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(VlgoError::invalid(name, v, "must be finite and >= 0"));
+            }
+        }
+        Ok(BlockLayout {
+            blocks,
+            block_size: b,
+            active: blocks * b,
+        })
+    }
+
+    /// Builds the dictionary with the stable initialisation: every Psi[m, s] = r I + w J, with J
+    /// the block diagonal of b/2 copies of [[0, -1], [1, 0]], r ~ U(-alpha/2, alpha/2) and
+    /// w ~ U(-beta/2, beta/2) drawn once per (m, s). exp(c Psi) is then
+    /// e^{c r}(cos(c w) I + sin(c w) J): bounded, cyclic paths at the start of training.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> VlgoResult<LieOperators<B>> {
+        let layout = self.validate()?;
+        let (m, s, b) = (self.num_operators, layout.blocks, layout.block_size);
+        let mut rng = NoiseStreams::new(self.seed).generator(0, 0);
+        let mut data = vec![0.0f32; m * s * b * b];
+        for block in data.chunks_mut(b * b) {
+            let r = (rng.random::<f64>() - 0.5) * self.init_alpha;
+            let w = (rng.random::<f64>() - 0.5) * self.init_beta;
+            for i in 0..b {
+                block[i * b + i] = r as f32;
+            }
+            for k in 0..b / 2 {
+                let (i, j) = (2 * k, 2 * k + 1);
+                block[i * b + j] = -w as f32;
+                block[j * b + i] = w as f32;
+            }
+        }
+        let psi = Tensor::<B, 1>::from_floats(data.as_slice(), device).reshape([m, s, b, b]);
+        Ok(LieOperators {
+            psi: Param::from_tensor(psi),
+            form: self.form,
+            dim: self.dim,
+        })
+    }
+}
+
+/// A dictionary of M Lie algebra generators in block form, `psi` [M, S, b, b].
+#[derive(Module, Debug)]
+pub struct LieOperators<B: Backend> {
+    /// The generators Psi [M, S, b, b]. Not normalised: its F-norm penalty is weight decay on this
+    /// parameter (or an explicit term where an experiment asks for it).
+    pub psi: Param<Tensor<B, 4>>,
+    /// How the generators act on features.
+    #[module(skip)]
+    pub form: OperatorForm,
+    /// Feature dimension d.
+    #[module(skip)]
+    pub dim: usize,
+}
+
+impl<B: Backend> LieOperators<B> {
+    /// Number of generators M.
+    pub fn num_operators(&self) -> usize {
+        self.psi.dims()[0]
+    }
+
+    /// (S, b).
+    pub fn blocks(&self) -> (usize, usize) {
+        let [_, s, b, _] = self.psi.dims();
+        (s, b)
+    }
+
+    fn check_coefficients(&self, op: &'static str, c: &Tensor<B, 2>) -> VlgoResult<()> {
+        let m = self.num_operators();
+        if c.dims()[1] != m {
+            return Err(VlgoError::Shape {
+                op,
+                expected: format!("coefficients [N, M] with M = {m}"),
+                got: c.dims().to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Generators for coefficients c [N, M]: A(c)[n, s] = sum_m c[n, m] Psi[m, s], [N, S, b, b].
+    pub fn generator(&self, c: Tensor<B, 2>) -> VlgoResult<Tensor<B, 4>> {
+        self.check_coefficients("LieOperators::generator", &c)?;
+        let [m, s, b, _] = self.psi.dims();
+        let n = c.dims()[0];
+        let flat = self.psi.val().reshape([m, s * b * b]);
+        Ok(c.matmul(flat).reshape([n, s, b, b]))
+    }
+
+    /// F-norm of each generator over all its blocks, ||Psi_m||_F, [M].
+    pub fn generator_norms(&self) -> Tensor<B, 1> {
+        let m = self.num_operators();
+        self.psi
+            .val()
+            .reshape([m as i32, -1])
+            .square()
+            .sum_dim(1)
+            .sqrt()
+            .reshape([m])
+    }
+
+    /// sum_m ||Psi_m||_F^2 (the synthetic experiment's explicit penalty).
+    pub fn frobenius_penalty(&self) -> Tensor<B, 1> {
+        self.psi.val().square().sum()
+    }
+
+    /// Number of generators used by at least one coefficient sample of `c` [N, M] (non-zero).
+    pub fn usage_count(&self, c: Tensor<B, 2>) -> VlgoResult<usize> {
+        self.check_coefficients("LieOperators::usage_count", &c)?;
+        let used = c.abs().max_dim(0).greater_elem(0.0);
+        Ok(used.int().sum().into_scalar().to_i64() as usize)
+    }
+
+    /// Real parts of the eigenvalues of each generator (over all blocks), computed on the host.
+    /// Near zero means cyclic, bounded paths; positive means growth.
+    pub fn eigenvalue_real_parts(&self) -> Vec<Vec<f64>> {
+        let [m, s, b, _] = self.psi.dims();
+        let data = self
+            .psi
+            .val()
+            .into_data()
+            .convert::<f64>()
+            .to_vec::<f64>()
+            .expect("float tensor converts to f64");
+        (0..m)
+            .map(|mi| {
+                (0..s)
+                    .flat_map(|si| {
+                        let off = (mi * s + si) * b * b;
+                        DMatrix::from_row_slice(b, b, &data[off..off + b * b])
+                            .complex_eigenvalues()
+                            .iter()
+                            .map(|z| z.re)
+                            .collect::<Vec<f64>>()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+impl<B: ExpmBackend> LieOperators<B> {
+    fn check_features(&self, op: &'static str, c: &Tensor<B, 2>, z: &Tensor<B, 2>) -> VlgoResult<()> {
+        self.check_coefficients(op, c)?;
+        let [n, d] = z.dims();
+        if d != self.dim || n != c.dims()[0] {
+            return Err(VlgoError::Shape {
+                op,
+                expected: format!("features [N, d] with N = {} and d = {}", c.dims()[0], self.dim),
+                got: z.dims().to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// T(c) = expm(A(c)) per block, [N, S, b, b].
+    pub fn transforms(&self, c: Tensor<B, 2>) -> VlgoResult<Tensor<B, 4>> {
+        crate::expm::try_expm_nd(self.generator(c)?)
+    }
+
+    /// Transport z_hat = T(c) z for coefficients c [N, M] and features z [N, d], block by block,
+    /// through `expmv` (no T is formed).
+    ///
+    /// ```
+    /// use burn::backend::NdArray;
+    /// use burn::prelude::*;
+    /// use vlgo_core::LieOperatorsConfig;
+    ///
+    /// let device = Default::default();
+    /// let ops = LieOperatorsConfig::new(3, 4).init::<NdArray>(&device).unwrap();
+    /// let z = Tensor::<NdArray, 2>::ones([2, 4], &device);
+    /// let c = Tensor::<NdArray, 2>::zeros([2, 3], &device);
+    /// let moved = ops.transport(c, z.clone()).unwrap(); // c = 0: T = I
+    /// assert!((moved - z).abs().max().into_scalar() < 1e-6);
+    /// ```
+    pub fn transport(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
+        self.transport_with(c, z, TransportMethod::Expmv)
+    }
+
+    /// [`transport`](Self::transport) with a choice of method.
+    pub fn transport_with(
+        &self,
+        c: Tensor<B, 2>,
+        z: Tensor<B, 2>,
+        method: TransportMethod,
+    ) -> VlgoResult<Tensor<B, 2>> {
+        self.check_features("LieOperators::transport", &c, &z)?;
+        let [n, d] = z.dims();
+        let (s, b) = self.blocks();
+        let active = s * b;
+        let a = self.generator(c)?.reshape([n * s, b, b]);
+        let head = if active == d {
+            z.clone()
+        } else {
+            z.clone().slice([0..n, 0..active])
+        };
+        let v = head.reshape([n * s, b]);
+        let moved = match method {
+            TransportMethod::Expmv => expmv_with(a, v, &ExpmvConfig::default())?,
+            TransportMethod::Expm => try_expm(a)?
+                .matmul(v.unsqueeze_dim::<3>(2))
+                .squeeze_dim::<2>(2),
+        }
+        .reshape([n, active]);
+        Ok(if active == d {
+            moved
+        } else {
+            Tensor::cat(vec![moved, z.slice([0..n, active..d])], 1)
+        })
+    }
+}
