@@ -1,1 +1,112 @@
-fn main() {}
+//! Throughput of the matrix exponential and the exponential-times-vector product.
+//!
+//! `cargo bench --bench expm [-- --matrices N --reps R --n SIZE]` prints, per backend, forward and
+//! forward+backward of `expm` (Padé and Taylor) and forward+backward of `expmv` (T z) on
+//! [N, n, n] f32 batches whose median 1-norm is about 1.6 and about 10, the setting of
+//! `pytorch_anchors.py --only expm`, whose figures belong beside these (same machine, same session).
+
+use std::time::Instant;
+
+use burn::backend::Autodiff;
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use vlgo_core::{ExpmBackend, ExpmConfig, ExpmMethod, expm_with, expmv};
+
+struct Args {
+    matrices: usize,
+    reps: usize,
+    n: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        matrices: 4096,
+        reps: 3,
+        n: 64,
+    };
+    let argv: Vec<String> = std::env::args().collect();
+    for w in argv.windows(2) {
+        let value = || w[1].parse::<usize>().expect("a positive integer");
+        match w[0].as_str() {
+            "--matrices" => a.matrices = value(),
+            "--reps" => a.reps = value(),
+            "--n" => a.n = value(),
+            _ => {}
+        }
+    }
+    a
+}
+
+/// Median seconds of `reps` runs after one warm-up; `f` must synchronise (read back).
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn matrices<B: Backend>(count: usize, n: usize, norm: f64, device: &B::Device) -> Tensor<B, 3> {
+    B::seed(device, 0);
+    let a = Tensor::<B, 3>::random([count, n, n], Distribution::Normal(0.0, 1.0), device);
+    let norms = a.clone().abs().sum_dim(1).max_dim(2).reshape([count]);
+    let mut v = norms.into_data().convert::<f64>().to_vec::<f64>().unwrap();
+    v.sort_by(f64::total_cmp);
+    a * (norm / v[v.len() / 2])
+}
+
+fn bench_backend<B: ExpmBackend>(name: &str, args: &Args)
+where
+    Autodiff<B>: ExpmBackend,
+{
+    let device: B::Device = Default::default();
+    println!("\n{name}: [{}, {n}, {n}] f32, median of {} runs (ms)", args.matrices, args.reps, n = args.n);
+    println!("| ||A||_1 | expm Padé fwd | expm Taylor fwd | expm Padé fwd+bwd | expm Taylor fwd+bwd | expmv fwd+bwd |");
+    println!("|---|---|---|---|---|---|");
+    for norm in [1.6, 10.0] {
+        let a = matrices::<B>(args.matrices, args.n, norm, &device);
+        let up = Tensor::<B, 3>::random(a.dims(), Distribution::Normal(0.0, 1.0), &device);
+        let z = Tensor::<B, 2>::random([args.matrices, args.n], Distribution::Normal(0.0, 1.0), &device);
+        let mut row = vec![format!("{norm}")];
+        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+            let cfg = ExpmConfig::new().with_method(method);
+            let s = time(args.reps, || {
+                let t = expm_with(a.clone(), &cfg).unwrap();
+                let _ = t.sum().into_scalar();
+            });
+            row.push(format!("{:.1}", s * 1e3));
+        }
+        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+            let cfg = ExpmConfig::new().with_method(method);
+            let s = time(args.reps, || {
+                let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
+                let t = expm_with(ad.clone(), &cfg).unwrap();
+                let g = (t * Tensor::from_inner(up.clone())).sum().backward();
+                let _ = ad.grad(&g).unwrap().sum().into_scalar();
+            });
+            row.push(format!("{:.1}", s * 1e3));
+        }
+        let s = time(args.reps, || {
+            let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
+            let y = expmv(ad.clone(), Tensor::from_inner(z.clone()));
+            let g = y.sum().backward();
+            let _ = ad.grad(&g).unwrap().sum().into_scalar();
+        });
+        row.push(format!("{:.1}", s * 1e3));
+        println!("| {} |", row.join(" | "));
+    }
+}
+
+fn main() {
+    let args = args();
+    bench_backend::<burn::backend::NdArray>("ndarray", &args);
+    #[cfg(feature = "flex")]
+    bench_backend::<burn::backend::Flex>("flex", &args);
+    #[cfg(feature = "wgpu")]
+    bench_backend::<burn::backend::Wgpu>("wgpu", &args);
+}

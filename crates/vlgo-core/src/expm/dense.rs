@@ -19,17 +19,49 @@ pub(crate) fn precision_of<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Prec
     }
 }
 
-/// Matrix 1-norms (maximum absolute column sum) of a batch, read back to the host.
+/// Matrix 1-norms (maximum absolute column sum) of a batch, read back to the host; NaN for a
+/// matrix holding NaN or Inf.
+///
+/// Non-finite entries are detected through the total absolute sum, not the maximum: some GPU
+/// backends (WGSL allows assuming no NaN) drop NaN in `max` and fold `is_nan` to false, while
+/// sums still carry it.
 pub(crate) fn one_norms<B: Backend>(a: Tensor<B, 3>) -> Vec<f64> {
     let [batch, _, _] = a.dims();
-    a.abs()
-        .sum_dim(1)
-        .max_dim(2)
-        .reshape([batch])
-        .into_data()
-        .convert::<f64>()
-        .to_vec::<f64>()
-        .expect("a float tensor converts to f64")
+    let columns = a.abs().sum_dim(1); // [N, 1, n]
+    let stats = Tensor::cat(
+        vec![
+            columns.clone().max_dim(2).reshape([batch, 1]),
+            columns.sum_dim(2).reshape([batch, 1]),
+        ],
+        1,
+    )
+    .into_data()
+    .convert::<f64>()
+    .to_vec::<f64>()
+    .expect("a float tensor converts to f64");
+    stats
+        .chunks(2)
+        .map(|s| if s[1].is_finite() { s[0] } else { f64::NAN })
+        .collect()
+}
+
+/// Sets the matrices at `indices` (original batch order) to NaN. Used for non-finite inputs so
+/// that NaN in gives NaN out on every backend, whatever the backend's own NaN arithmetic does.
+pub(crate) fn poison<B: Backend, const D: usize>(t: Tensor<B, D>, indices: &[usize]) -> Tensor<B, D> {
+    if indices.is_empty() {
+        return t;
+    }
+    let dims = t.dims();
+    let mut flags = vec![false; dims[0]];
+    for &i in indices {
+        flags[i] = true;
+    }
+    let mut shape = [1usize; D];
+    shape[0] = dims[0];
+    let mask = Tensor::<B, 1, Bool>::from_data(TensorData::new(flags, [dims[0]]), &t.device())
+        .reshape(shape)
+        .expand(dims);
+    t.mask_fill(mask, f64::NAN)
 }
 
 /// Plans a batch: per-matrix degree and scaling from the 1-norms.
@@ -157,7 +189,7 @@ pub(crate) fn expm_planned<B: Backend>(a: Tensor<B, 3>, plan: &ExpmPlan) -> Tens
     let x = scaled_sorted(a, plan);
     let r = approximants(x, plan);
     let r = square_all(r, plan, |_| {});
-    unsort(r, plan)
+    poison(unsort(r, plan), &plan.non_finite)
 }
 
 /// exp(A) for a batch [N, n, n] in A's dtype (f32 or f64).
@@ -261,5 +293,5 @@ pub(crate) fn expm_backward<B: Backend>(
             .collect();
         xbar * per_matrix(scale, &x)
     };
-    unsort(xbar, plan)
+    poison(unsort(xbar, plan), &plan.non_finite)
 }

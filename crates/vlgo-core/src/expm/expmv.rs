@@ -79,6 +79,8 @@ pub struct ExpmvPlan {
     pub(crate) steps: Vec<u64>,
     /// Plan of the explicit exponential for the fallback matrices (in their sorted order).
     pub(crate) fallback: Option<ExpmPlan>,
+    /// Original indices of matrices holding NaN or Inf: their outputs are set to NaN.
+    pub(crate) non_finite: Vec<usize>,
 }
 
 impl ExpmvPlan {
@@ -136,6 +138,8 @@ pub(crate) fn expmv_forward<B: Backend>(
             mu.clone().reshape([batch, 1]),
             shifted.clone().abs().sum_dim(1).max_dim(2).reshape([batch, 1]),
             a.clone().abs().sum_dim(1).max_dim(2).reshape([batch, 1]),
+            // A sum carries NaN where a max may drop it (see `dense::one_norms`).
+            a.clone().abs().sum_dim(1).sum_dim(2).reshape([batch, 1]),
         ],
         1,
     )
@@ -146,8 +150,14 @@ pub(crate) fn expmv_forward<B: Backend>(
 
     let mut taylor: Vec<(usize, usize, u64)> = Vec::new();
     let mut fallback: Vec<usize> = Vec::new();
+    let mut non_finite: Vec<usize> = Vec::new();
     for i in 0..batch {
-        let (norm_shifted, norm) = (stats[3 * i + 1], stats[3 * i + 2]);
+        let (norm_shifted, norm) = (stats[4 * i + 1], stats[4 * i + 2]);
+        if !stats[4 * i + 3].is_finite() {
+            non_finite.push(i);
+            fallback.push(i);
+            continue;
+        }
         let choice = if precision == Precision::Double {
             None
         } else {
@@ -172,7 +182,10 @@ pub(crate) fn expmv_forward<B: Backend>(
     let n_taylor = taylor.len();
     let mut order: Vec<usize> = taylor.iter().map(|t| t.0).collect();
     order.extend_from_slice(&fallback);
-    let fallback_norms: Vec<f64> = fallback.iter().map(|&i| stats[3 * i + 2]).collect();
+    let fallback_norms: Vec<f64> = fallback
+        .iter()
+        .map(|&i| if non_finite.contains(&i) { f64::NAN } else { stats[4 * i + 2] })
+        .collect();
     let plan = ExpmvPlan {
         order,
         n_taylor,
@@ -180,6 +193,7 @@ pub(crate) fn expmv_forward<B: Backend>(
         steps: taylor.iter().map(|t| t.2).collect(),
         fallback: (!fallback.is_empty())
             .then(|| ExpmPlan::new(&fallback_norms, super::ExpmMethod::Pade, precision)),
+        non_finite,
     };
 
     let mut saved = ExpmvCheckpoints {
@@ -235,7 +249,7 @@ pub(crate) fn expmv_forward<B: Backend>(
         saved.fallback_exp = Some(t);
     }
     let y = Tensor::cat(outputs, 0);
-    (unsort(y, &plan.order), saved)
+    (dense::poison(unsort(y, &plan.order), &plan.non_finite), saved)
 }
 
 /// One outer step: F = sum_{j <= m} (A/s)^j b / j!, stopping per matrix once the last two terms
@@ -369,5 +383,90 @@ pub(crate) fn expmv_backward<B: Backend>(
     }
     let abar = Tensor::cat(abars, 0);
     let vbar = Tensor::cat(vbars, 0).reshape([plan.order.len(), n]);
-    (unsort(abar, &plan.order), unsort(vbar, &plan.order))
+    (
+        dense::poison(unsort(abar, &plan.order), &plan.non_finite),
+        dense::poison(unsort(vbar, &plan.order), &plan.non_finite),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestBackend;
+
+    /// theta_m from its definition, in f64: the coefficients of log(e^-x T_m(x)) by the
+    /// log-of-a-series recurrence, then bisection on sum_k |c_k| x^(k-1) = u.
+    fn theta_from_definition(m: usize) -> f64 {
+        const K: usize = 160;
+        let mut t = vec![0.0f64; K + 1];
+        let mut f = 1.0;
+        for (k, tk) in t.iter_mut().enumerate().take(m + 1) {
+            if k > 0 {
+                f /= k as f64;
+            }
+            *tk = f;
+        }
+        let mut l = vec![0.0f64; K + 1];
+        for k in 1..=K {
+            let s: f64 = (1..k).map(|j| j as f64 * l[j] * t[k - j]).sum();
+            l[k] = (k as f64 * t[k] - s) / k as f64;
+        }
+        l[1] -= 1.0;
+        let u = 2f64.powi(-24);
+        let g = |x: f64| (2..=K).map(|k| l[k].abs() * x.powi(k as i32 - 1)).sum::<f64>() - u;
+        let (mut lo, mut hi) = (0.0, 6.0);
+        for _ in 0..100 {
+            let mid = 0.5 * (lo + hi);
+            if g(mid) <= 0.0 { lo = mid } else { hi = mid }
+        }
+        lo
+    }
+
+    #[test]
+    fn theta_table_follows_its_definition() {
+        for m in [2, 5, 9, 12, 18, 21, 24] {
+            let want = theta_from_definition(m);
+            let got = TAYLOR_THETA_F32[m - 1];
+            assert!((got / want - 1.0).abs() < 1e-6, "m = {m}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn degree_and_steps_minimise_the_matvec_count() {
+        assert_eq!(taylor_steps(0.0, 18), Some((0, 1)));
+        assert_eq!(taylor_steps(f64::NAN, 18), None);
+        assert_eq!(taylor_steps(f64::INFINITY, 18), None);
+        for norm in [0.01, 0.7, 3.0, 10.0, 250.0] {
+            let (m, s) = taylor_steps(norm, 18).unwrap();
+            assert!(norm / s as f64 <= TAYLOR_THETA_F32[m - 1] * (1.0 + 1e-12));
+            for k in 1..=18 {
+                let sk = (norm / TAYLOR_THETA_F32[k - 1]).ceil().max(1.0) as u64;
+                assert!((m as u64) * s <= k as u64 * sk, "norm {norm}: m {m} s {s} vs m {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn early_termination_stops_before_the_degree_and_fallback_forms_t() {
+        let device = Default::default();
+        // Nilpotent A with ||A||_1 = 1: the series ends after two terms, far below m.
+        let a = Tensor::<TestBackend, 3>::from_data(
+            [[[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]],
+            &device,
+        );
+        let v = Tensor::<TestBackend, 2>::from_data([[0.5, 2.0, -1.0]], &device);
+        let (y, saved) = expmv_forward(a.clone(), v, &ExpmvConfig::default());
+        let (m, _) = taylor_steps(1.0, 18).unwrap();
+        let used = saved.used.iter().map(|u| u.1).max().unwrap();
+        assert!(used < m, "used {used} of {m} terms");
+        let y = y.into_data().to_vec::<f32>().unwrap();
+        assert_eq!(y, vec![2.5, 2.0, -1.0]);
+        // A large norm falls back to the explicit exponential.
+        let big = a * 500.0;
+        let v = Tensor::<TestBackend, 2>::from_data([[0.0, 1.0, 0.0]], &device);
+        let (y, saved) = expmv_forward(big, v, &ExpmvConfig::default());
+        assert_eq!(saved.plan.n_taylor, 0);
+        assert!(saved.fallback_exp.is_some());
+        assert_eq!(y.into_data().to_vec::<f32>().unwrap(), vec![500.0, 1.0, 0.0]);
+    }
 }

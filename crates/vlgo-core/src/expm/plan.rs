@@ -100,6 +100,8 @@ pub(crate) struct ExpmPlan {
     pub squarings: Vec<u32>,
     /// The method the degrees belong to.
     pub method: ExpmMethod,
+    /// Original indices of matrices whose norm is NaN (they hold NaN or Inf).
+    pub non_finite: Vec<usize>,
 }
 
 impl ExpmPlan {
@@ -120,11 +122,13 @@ impl ExpmPlan {
             }
         }
         let squarings = order.iter().map(|&i| choices[i].1).collect();
+        let non_finite = (0..norms.len()).filter(|&i| !norms[i].is_finite()).collect();
         Self {
             order,
             groups,
             squarings,
             method,
+            non_finite,
         }
     }
 

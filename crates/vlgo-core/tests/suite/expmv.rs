@@ -148,3 +148,24 @@ fn expmv_adjoint_is_invariant_to_the_upstream_scale() {
     let (e1, e2) = (rel_frobenius_host(&ga, &ea), rel_frobenius_host(&gb, &ea));
     assert!(e1 <= 1e-4 && (e2 - e1).abs() <= 0.01 * e1 + 1e-9, "{e1:.3e} vs {e2:.3e}");
 }
+
+#[test]
+fn expmv_nan_and_inf_rows_are_nan_and_the_rest_untouched() {
+    let mut r = rng(35);
+    let n = 4;
+    let good = random_matrix(&mut r, n, 1.0);
+    let mut nan = good.clone();
+    nan[5] = f64::NAN;
+    let mut inf = good.clone();
+    inf[2] = f64::INFINITY;
+    let a = [good.clone(), nan, inf, good.clone()].concat();
+    let v = vectors(&mut r, 4, n);
+    let y = to_f64(vlgo_core::expmv(batch::<B>(&a, n, DType::F32), vec_tensor::<B>(&v, n, DType::F32)));
+    for k in [1, 2] {
+        assert!(y[k * n..(k + 1) * n].iter().all(|x| x.is_nan()), "row {k}: {:?}", &y[k * n..(k + 1) * n]);
+    }
+    for k in [0, 3] {
+        let want = reference(&good, &v[k * n..(k + 1) * n], n);
+        assert!(rel_frobenius_host(&y[k * n..(k + 1) * n], &want) < 1e-5);
+    }
+}
