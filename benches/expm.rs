@@ -1,36 +1,47 @@
 //! Throughput of the matrix exponential and the exponential-times-vector product.
 //!
-//! `cargo bench --bench expm [-- --matrices N --reps R --n SIZE]` prints, per backend, forward and
-//! forward+backward of `expm` (Padé and Taylor) and forward+backward of `expmv` (T z) on
-//! [N, n, n] f32 batches whose median 1-norm is about 1.6 and about 10, the setting of
-//! `pytorch_anchors.py --only expm`, whose figures belong beside these (same machine, same session).
+//! `cargo bench --bench expm [-- --matrices N --reps R --n SIZE --tensor-ops]` prints, per CPU
+//! backend, forward and forward+backward of `expm` (Padé and Taylor) and forward+backward of
+//! `expmv` (T z) through the public API (conversions in and out of Burn tensors included), on
+//! [N, n, n] f32 batches whose median 1-norm is about 1.6 and about 10: the setting of
+//! `pytorch_anchors.py --only expm`, whose figures belong beside these (same machine, same
+//! session). `--tensor-ops` adds the portable tensor-op implementation on NdArray (slow: its
+//! pivoted solve is n sequential whole-batch passes).
 
 use std::time::Instant;
 
 use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use vlgo_core::{ExpmBackend, ExpmConfig, ExpmMethod, expm_with, expmv};
+use vlgo_core::expm::{forward_flops, tensor_ops};
+use vlgo_core::{ExpmBackend, ExpmConfig, ExpmMethod, ExpmvConfig, expm_with, expmv};
 
 struct Args {
     matrices: usize,
     reps: usize,
     n: usize,
+    tensor_ops: bool,
 }
 
 fn args() -> Args {
     let mut a = Args {
         matrices: 4096,
-        reps: 3,
+        reps: 5,
         n: 64,
+        tensor_ops: false,
     };
     let argv: Vec<String> = std::env::args().collect();
-    for w in argv.windows(2) {
-        let value = || w[1].parse::<usize>().expect("a positive integer");
-        match w[0].as_str() {
+    for (k, w) in argv.iter().enumerate() {
+        let value = || {
+            argv.get(k + 1)
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or_else(|| panic!("{w} takes a positive integer"))
+        };
+        match w.as_str() {
             "--matrices" => a.matrices = value(),
             "--reps" => a.reps = value(),
             "--n" => a.n = value(),
+            "--tensor-ops" => a.tensor_ops = true,
             _ => {}
         }
     }
@@ -60,34 +71,51 @@ fn matrices<B: Backend>(count: usize, n: usize, norm: f64, device: &B::Device) -
     a * (norm / v[v.len() / 2])
 }
 
+const METHODS: [ExpmMethod; 2] = [ExpmMethod::Pade, ExpmMethod::Taylor];
+
+fn header(name: &str, args: &Args) {
+    println!(
+        "\n{name}: [{}, {n}, {n}] f32, median of {} runs, ms (forward GFLOP/s)",
+        args.matrices,
+        args.reps,
+        n = args.n
+    );
+    println!(
+        "| ||A||_1 | expm Padé fwd | expm Taylor fwd | expm Padé fwd+bwd | expm Taylor fwd+bwd | expmv fwd+bwd |"
+    );
+    println!("|---|---|---|---|---|---|");
+}
+
 fn bench_backend<B: ExpmBackend>(name: &str, args: &Args)
 where
     Autodiff<B>: ExpmBackend,
 {
     let device: B::Device = Default::default();
-    println!("\n{name}: [{}, {n}, {n}] f32, median of {} runs (ms)", args.matrices, args.reps, n = args.n);
-    println!("| ||A||_1 | expm Padé fwd | expm Taylor fwd | expm Padé fwd+bwd | expm Taylor fwd+bwd | expmv fwd+bwd |");
-    println!("|---|---|---|---|---|---|");
+    header(name, args);
     for norm in [1.6, 10.0] {
         let a = matrices::<B>(args.matrices, args.n, norm, &device);
         let up = Tensor::<B, 3>::random(a.dims(), Distribution::Normal(0.0, 1.0), &device);
-        let z = Tensor::<B, 2>::random([args.matrices, args.n], Distribution::Normal(0.0, 1.0), &device);
+        let z = Tensor::<B, 2>::random(
+            [args.matrices, args.n],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
         let mut row = vec![format!("{norm}")];
-        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+        for method in METHODS {
             let cfg = ExpmConfig::new().with_method(method);
             let s = time(args.reps, || {
-                let t = expm_with(a.clone(), &cfg).unwrap();
-                let _ = t.sum().into_scalar();
+                let _ = expm_with(a.clone(), &cfg).unwrap().into_data();
             });
-            row.push(format!("{:.1}", s * 1e3));
+            let gflops = forward_flops(&a, method) / s / 1e9;
+            row.push(format!("{:.1} ({gflops:.0})", s * 1e3));
         }
-        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+        for method in METHODS {
             let cfg = ExpmConfig::new().with_method(method);
             let s = time(args.reps, || {
                 let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
                 let t = expm_with(ad.clone(), &cfg).unwrap();
                 let g = (t * Tensor::from_inner(up.clone())).sum().backward();
-                let _ = ad.grad(&g).unwrap().sum().into_scalar();
+                let _ = ad.grad(&g).unwrap().into_data();
             });
             row.push(format!("{:.1}", s * 1e3));
         }
@@ -95,7 +123,49 @@ where
             let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
             let y = expmv(ad.clone(), Tensor::from_inner(z.clone()));
             let g = y.sum().backward();
-            let _ = ad.grad(&g).unwrap().sum().into_scalar();
+            let _ = ad.grad(&g).unwrap().into_data();
+        });
+        row.push(format!("{:.1}", s * 1e3));
+        println!("| {} |", row.join(" | "));
+    }
+}
+
+fn bench_tensor_ops<B: Backend>(name: &str, args: &Args) {
+    let device: B::Device = Default::default();
+    header(name, args);
+    let reps = args.reps.min(2);
+    for norm in [1.6, 10.0] {
+        let a = matrices::<B>(args.matrices, args.n, norm, &device);
+        let up = Tensor::<B, 3>::random(a.dims(), Distribution::Normal(0.0, 1.0), &device);
+        let z = Tensor::<B, 2>::random(
+            [args.matrices, args.n],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
+        let ones = Tensor::<B, 2>::ones([args.matrices, args.n], &device);
+        let mut row = vec![format!("{norm}")];
+        for method in METHODS {
+            let s = time(reps, || {
+                let _ = tensor_ops::expm(a.clone(), method).into_data();
+            });
+            let gflops = forward_flops(&a, method) / s / 1e9;
+            row.push(format!("{:.1} ({gflops:.1})", s * 1e3));
+        }
+        for method in METHODS {
+            let s = time(reps, || {
+                let _ = tensor_ops::expm(a.clone(), method).into_data();
+                let _ = tensor_ops::expm_backward(a.clone(), up.clone(), method).into_data();
+            });
+            row.push(format!("{:.1}", s * 1e3));
+        }
+        let s = time(reps, || {
+            let (_, abar, _) = tensor_ops::expmv_with_backward(
+                a.clone(),
+                z.clone(),
+                ones.clone(),
+                &ExpmvConfig::new(),
+            );
+            let _ = abar.into_data();
         });
         row.push(format!("{:.1}", s * 1e3));
         println!("| {} |", row.join(" | "));
@@ -104,9 +174,16 @@ where
 
 fn main() {
     let args = args();
-    bench_backend::<burn::backend::NdArray>("ndarray", &args);
+    println!(
+        "CPU kernel instruction set: {:?}",
+        vlgo_core::cpu::simd::isa()
+    );
     #[cfg(feature = "flex")]
-    bench_backend::<burn::backend::Flex>("flex", &args);
+    bench_backend::<burn::backend::Flex>("flex (kernel)", &args);
+    bench_backend::<burn::backend::NdArray>("ndarray (kernel)", &args);
+    if args.tensor_ops {
+        bench_tensor_ops::<burn::backend::NdArray>("ndarray (tensor ops, at most 2 runs)", &args);
+    }
     #[cfg(feature = "wgpu")]
-    bench_backend::<burn::backend::Wgpu>("wgpu", &args);
+    bench_backend::<burn::backend::Wgpu>("wgpu (tensor ops)", &args);
 }

@@ -80,10 +80,18 @@ impl FixedPrior {
     /// Checks the scale is positive and both values are finite.
     pub fn validate(&self) -> Result<()> {
         if !self.shift.is_finite() {
-            return Err(VlgoError::invalid("shift_prior", self.shift, "must be finite"));
+            return Err(VlgoError::invalid(
+                "shift_prior",
+                self.shift,
+                "must be finite",
+            ));
         }
         if !(self.scale > 0.0 && self.scale.is_finite()) {
-            return Err(VlgoError::invalid("scale_prior", self.scale, "must be finite and > 0"));
+            return Err(VlgoError::invalid(
+                "scale_prior",
+                self.scale,
+                "must be finite and > 0",
+            ));
         }
         Ok(())
     }
@@ -122,7 +130,11 @@ impl Threshold {
     /// ```
     pub fn new(zeta: f64, variant: ThresholdVariant) -> Result<Self> {
         if !(zeta >= 0.0 && zeta.is_finite()) {
-            return Err(VlgoError::invalid("threshold zeta", zeta, "must be finite and >= 0"));
+            return Err(VlgoError::invalid(
+                "threshold zeta",
+                zeta,
+                "must be finite and >= 0",
+            ));
         }
         Ok(Self { zeta, variant })
     }

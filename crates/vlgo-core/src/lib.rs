@@ -21,6 +21,8 @@
 //! exponential's own backward.
 
 pub mod best_of_j;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub mod cpu;
 pub mod error;
 pub mod expm;
 pub mod laplace;

@@ -117,7 +117,10 @@ impl LieOperatorsConfig {
                 "must be even: the stable initialisation pairs features into 2x2 rotations",
             ));
         }
-        for (name, v) in [("init_alpha", self.init_alpha), ("init_beta", self.init_beta)] {
+        for (name, v) in [
+            ("init_alpha", self.init_alpha),
+            ("init_beta", self.init_beta),
+        ] {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(VlgoError::invalid(name, v, "must be finite and >= 0"));
             }
@@ -259,13 +262,22 @@ impl<B: Backend> LieOperators<B> {
 }
 
 impl<B: ExpmBackend> LieOperators<B> {
-    fn check_features(&self, op: &'static str, c: &Tensor<B, 2>, z: &Tensor<B, 2>) -> VlgoResult<()> {
+    fn check_features(
+        &self,
+        op: &'static str,
+        c: &Tensor<B, 2>,
+        z: &Tensor<B, 2>,
+    ) -> VlgoResult<()> {
         self.check_coefficients(op, c)?;
         let [n, d] = z.dims();
         if d != self.dim || n != c.dims()[0] {
             return Err(VlgoError::Shape {
                 op,
-                expected: format!("features [N, d] with N = {} and d = {}", c.dims()[0], self.dim),
+                expected: format!(
+                    "features [N, d] with N = {} and d = {}",
+                    c.dims()[0],
+                    self.dim
+                ),
                 got: z.dims().to_vec(),
             });
         }

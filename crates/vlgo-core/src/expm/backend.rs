@@ -68,6 +68,71 @@ pub trait ExpmBackend: Backend {
     }
 }
 
+/// The CPU backends take the cache-resident kernel of [`crate::cpu`] for f32 and keep the
+/// tensor-op path for f64 (the oracle).
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+macro_rules! cpu_kernel_methods {
+    () => {
+        fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
+            let a: Tensor<Self, 3> = wrap(a);
+            unwrap(if crate::cpu::accepts(&a) {
+                crate::cpu::expm_batch(a, method)
+            } else {
+                dense::expm_forward(a, method)
+            })
+        }
+
+        fn expm_backward(
+            a: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            method: ExpmMethod,
+        ) -> FloatTensor<Self> {
+            let a: Tensor<Self, 3> = wrap(a);
+            unwrap(if crate::cpu::accepts(&a) {
+                crate::cpu::expm_backward_batch(a, wrap(grad), method)
+            } else {
+                let plan = dense::plan(&a, method);
+                dense::expm_backward(a, wrap(grad), &plan)
+            })
+        }
+
+        fn expmv_checkpointed(
+            a: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            config: ExpmvConfig,
+        ) -> (Tensor<Self, 2>, ExpmvCheckpoints<Self>) {
+            let a: Tensor<Self, 3> = wrap(a);
+            if crate::cpu::accepts(&a) {
+                (
+                    crate::cpu::expmv_batch(a, wrap(v), &config),
+                    ExpmvCheckpoints::for_kernel(config),
+                )
+            } else {
+                expmv::expmv_forward::<Self>(a, wrap(v), &config)
+            }
+        }
+
+        fn expmv_backward(
+            a: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            saved: &ExpmvCheckpoints<Self>,
+        ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+            let (abar, vbar) = if saved.kernel {
+                crate::cpu::expmv_backward_batch::<Self>(
+                    wrap(a),
+                    wrap(v),
+                    wrap(grad),
+                    &saved.config,
+                )
+            } else {
+                expmv::expmv_backward::<Self>(wrap(a), wrap(v), wrap(grad), saved)
+            };
+            (unwrap(abar), unwrap(vbar))
+        }
+    };
+}
+
 #[cfg(feature = "ndarray")]
 impl<E, I, Q> ExpmBackend for burn_ndarray::NdArray<E, I, Q>
 where
@@ -77,10 +142,13 @@ where
     burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<E>>,
     burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<I>>,
 {
+    cpu_kernel_methods!();
 }
 
 #[cfg(feature = "flex")]
-impl ExpmBackend for burn_flex::Flex {}
+impl ExpmBackend for burn_flex::Flex {
+    cpu_kernel_methods!();
+}
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl<R, F, I, BT> ExpmBackend for burn_cubecl::CubeBackend<R, F, I, BT>

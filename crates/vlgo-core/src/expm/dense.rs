@@ -47,7 +47,10 @@ pub(crate) fn one_norms<B: Backend>(a: Tensor<B, 3>) -> Vec<f64> {
 
 /// Sets the matrices at `indices` (original batch order) to NaN. Used for non-finite inputs so
 /// that NaN in gives NaN out on every backend, whatever the backend's own NaN arithmetic does.
-pub(crate) fn poison<B: Backend, const D: usize>(t: Tensor<B, D>, indices: &[usize]) -> Tensor<B, D> {
+pub(crate) fn poison<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    indices: &[usize],
+) -> Tensor<B, D> {
     if indices.is_empty() {
         return t;
     }
@@ -72,11 +75,8 @@ pub(crate) fn plan<B: Backend>(a: &Tensor<B, 3>, method: ExpmMethod) -> ExpmPlan
 /// Tensor of per-matrix factors [N, 1, 1] in `like`'s dtype.
 pub(crate) fn per_matrix<B: Backend>(values: Vec<f64>, like: &Tensor<B, 3>) -> Tensor<B, 3> {
     let n = values.len();
-    Tensor::<B, 1>::from_data(
-        TensorData::new(values, [n]),
-        (&like.device(), like.dtype()),
-    )
-    .reshape([n, 1, 1])
+    Tensor::<B, 1>::from_data(TensorData::new(values, [n]), (&like.device(), like.dtype()))
+        .reshape([n, 1, 1])
 }
 
 fn index_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
@@ -85,7 +85,10 @@ fn index_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 
 }
 
 /// Reorders the batch dimension: `out[k] = t[order[k]]`.
-pub(crate) fn reorder<B: Backend, const D: usize>(t: Tensor<B, D>, order: &[usize]) -> Tensor<B, D> {
+pub(crate) fn reorder<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    order: &[usize],
+) -> Tensor<B, D> {
     let device = t.device();
     t.select(0, index_tensor::<B>(order, &device))
 }

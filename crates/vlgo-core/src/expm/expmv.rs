@@ -51,7 +51,9 @@ pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
         return None;
     }
     if norm == 0.0 {
-        return Some((0, 1));
+        // Degree 1, not 0: the forward would be exact with no term, but its derivative would be
+        // zero instead of ybar v^T.
+        return Some((1, 1));
     }
     let mut best: Option<(usize, u64)> = None;
     for m in 1..=m_max {
@@ -69,7 +71,7 @@ pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
 
 /// Per-matrix choices for a batch. Sorted order: Taylor matrices by steps descending, then the
 /// fallback matrices.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ExpmvPlan {
     pub(crate) order: Vec<usize>,
     pub(crate) n_taylor: usize,
@@ -96,6 +98,11 @@ impl ExpmvPlan {
 /// of terms each matrix used in it.
 #[derive(Debug, Clone)]
 pub struct ExpmvCheckpoints<B: Backend> {
+    /// The options of the forward.
+    pub(crate) config: ExpmvConfig,
+    /// Whether a CPU kernel computed the forward (its backward recomputes the checkpoints per
+    /// matrix, and the fields below are empty).
+    pub(crate) kernel: bool,
     pub(crate) plan: ExpmvPlan,
     /// Shifted and scaled matrices A'/s of the Taylor part, sorted.
     pub(crate) scaled: Option<Tensor<B, 3>>,
@@ -109,6 +116,23 @@ pub struct ExpmvCheckpoints<B: Backend> {
     pub(crate) used: Vec<(Tensor<B, 3>, usize)>,
     /// exp(A) of the fallback matrices.
     pub(crate) fallback_exp: Option<Tensor<B, 3>>,
+}
+
+impl<B: Backend> ExpmvCheckpoints<B> {
+    /// Checkpoints of a kernel forward: only the options, the kernel recomputes the rest.
+    pub(crate) fn for_kernel(config: ExpmvConfig) -> Self {
+        Self {
+            config,
+            kernel: true,
+            plan: ExpmvPlan::default(),
+            scaled: None,
+            eta: None,
+            inv_steps: None,
+            inputs: Vec::new(),
+            used: Vec::new(),
+            fallback_exp: None,
+        }
+    }
 }
 
 fn inf_norm<B: Backend>(w: Tensor<B, 3>) -> Tensor<B, 3> {
@@ -136,7 +160,12 @@ pub(crate) fn expmv_forward<B: Backend>(
     let stats = Tensor::cat(
         vec![
             mu.clone().reshape([batch, 1]),
-            shifted.clone().abs().sum_dim(1).max_dim(2).reshape([batch, 1]),
+            shifted
+                .clone()
+                .abs()
+                .sum_dim(1)
+                .max_dim(2)
+                .reshape([batch, 1]),
             a.clone().abs().sum_dim(1).max_dim(2).reshape([batch, 1]),
             // A sum carries NaN where a max may drop it (see `dense::one_norms`).
             a.clone().abs().sum_dim(1).sum_dim(2).reshape([batch, 1]),
@@ -184,7 +213,13 @@ pub(crate) fn expmv_forward<B: Backend>(
     order.extend_from_slice(&fallback);
     let fallback_norms: Vec<f64> = fallback
         .iter()
-        .map(|&i| if non_finite.contains(&i) { f64::NAN } else { stats[4 * i + 2] })
+        .map(|&i| {
+            if non_finite.contains(&i) {
+                f64::NAN
+            } else {
+                stats[4 * i + 2]
+            }
+        })
         .collect();
     let plan = ExpmvPlan {
         order,
@@ -197,6 +232,8 @@ pub(crate) fn expmv_forward<B: Backend>(
     };
 
     let mut saved = ExpmvCheckpoints {
+        config: *config,
+        kernel: false,
         plan: plan.clone(),
         scaled: None,
         eta: None,
@@ -225,7 +262,11 @@ pub(crate) fn expmv_forward<B: Backend>(
                 }
             };
             let (ak, bk, mk) = (prefix(&scaled), prefix(&b), prefix(&degrees));
-            let m_top = plan.degrees[..active_rows].iter().copied().max().unwrap_or(0);
+            let m_top = plan.degrees[..active_rows]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0);
             let (f, used, used_max) = taylor_step(ak, bk.clone(), mk, m_top, config.tol);
             saved.inputs.push(bk);
             saved.used.push((used, used_max));
@@ -249,7 +290,10 @@ pub(crate) fn expmv_forward<B: Backend>(
         saved.fallback_exp = Some(t);
     }
     let y = Tensor::cat(outputs, 0);
-    (dense::poison(unsort(y, &plan.order), &plan.non_finite), saved)
+    (
+        dense::poison(unsort(y, &plan.order), &plan.non_finite),
+        saved,
+    )
 }
 
 /// One outer step: F = sum_{j <= m} (A/s)^j b / j!, stopping per matrix once the last two terms
@@ -319,8 +363,7 @@ pub(crate) fn expmv_backward<B: Backend>(
         let scaled_t = scaled.clone().transpose();
         let mut bbar = grad.clone().slice([0..n_taylor]);
         let mut abar = scaled.zeros_like();
-        for (k, (input, (used, used_max))) in
-            saved.inputs.iter().zip(&saved.used).enumerate().rev()
+        for (k, (input, (used, used_max))) in saved.inputs.iter().zip(&saved.used).enumerate().rev()
         {
             let rows = plan.active_at(k as u64);
             let full = rows == n_taylor;
@@ -339,14 +382,22 @@ pub(crate) fn expmv_backward<B: Backend>(
             for j in 1..=*used_max {
                 ws.push(w.clone());
                 if j < *used_max {
-                    let mask = used.clone().greater_equal_elem(j as f64).float().cast(w.dtype());
+                    let mask = used
+                        .clone()
+                        .greater_equal_elem(j as f64)
+                        .float()
+                        .cast(w.dtype());
                     w = ak.clone().matmul(w) * (mask / j as f64);
                 }
             }
             let mut acc = fbar.clone();
             let mut cols = Vec::with_capacity(*used_max);
             for j in (1..=*used_max).rev() {
-                let coef = used.clone().greater_equal_elem(j as f64).float().cast(acc.dtype())
+                let coef = used
+                    .clone()
+                    .greater_equal_elem(j as f64)
+                    .float()
+                    .cast(acc.dtype())
                     / j as f64;
                 cols.push(acc.clone() * coef.clone());
                 acc = fbar.clone() + akt.clone().matmul(acc) * coef;
@@ -413,7 +464,12 @@ mod tests {
         }
         l[1] -= 1.0;
         let u = 2f64.powi(-24);
-        let g = |x: f64| (2..=K).map(|k| l[k].abs() * x.powi(k as i32 - 1)).sum::<f64>() - u;
+        let g = |x: f64| {
+            (2..=K)
+                .map(|k| l[k].abs() * x.powi(k as i32 - 1))
+                .sum::<f64>()
+                - u
+        };
         let (mut lo, mut hi) = (0.0, 6.0);
         for _ in 0..100 {
             let mid = 0.5 * (lo + hi);
@@ -433,7 +489,7 @@ mod tests {
 
     #[test]
     fn degree_and_steps_minimise_the_matvec_count() {
-        assert_eq!(taylor_steps(0.0, 18), Some((0, 1)));
+        assert_eq!(taylor_steps(0.0, 18), Some((1, 1)));
         assert_eq!(taylor_steps(f64::NAN, 18), None);
         assert_eq!(taylor_steps(f64::INFINITY, 18), None);
         for norm in [0.01, 0.7, 3.0, 10.0, 250.0] {
@@ -441,7 +497,10 @@ mod tests {
             assert!(norm / s as f64 <= TAYLOR_THETA_F32[m - 1] * (1.0 + 1e-12));
             for k in 1..=18 {
                 let sk = (norm / TAYLOR_THETA_F32[k - 1]).ceil().max(1.0) as u64;
-                assert!((m as u64) * s <= k as u64 * sk, "norm {norm}: m {m} s {s} vs m {k}");
+                assert!(
+                    (m as u64) * s <= k as u64 * sk,
+                    "norm {norm}: m {m} s {s} vs m {k}"
+                );
             }
         }
     }
@@ -467,6 +526,9 @@ mod tests {
         let (y, saved) = expmv_forward(big, v, &ExpmvConfig::default());
         assert_eq!(saved.plan.n_taylor, 0);
         assert!(saved.fallback_exp.is_some());
-        assert_eq!(y.into_data().to_vec::<f32>().unwrap(), vec![500.0, 1.0, 0.0]);
+        assert_eq!(
+            y.into_data().to_vec::<f32>().unwrap(),
+            vec![500.0, 1.0, 0.0]
+        );
     }
 }

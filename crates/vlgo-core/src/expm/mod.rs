@@ -178,10 +178,7 @@ fn compute_dtype(op: &'static str, dtype: DType) -> Result<Option<FloatDType>> {
     }
 }
 
-fn promote<B: Backend, const D: usize>(
-    t: Tensor<B, D>,
-    to: Option<FloatDType>,
-) -> Tensor<B, D> {
+fn promote<B: Backend, const D: usize>(t: Tensor<B, D>, to: Option<FloatDType>) -> Tensor<B, D> {
     match to {
         Some(dtype) => t.cast(dtype),
         None => t,
@@ -323,4 +320,63 @@ pub fn expmv_with<B: ExpmBackend>(
         *config,
     )));
     Ok(if y.dtype() == dtype { y } else { y.cast(dtype) })
+}
+
+/// The portable implementation from Burn tensor ops, which every backend without a kernel runs.
+/// Public for comparisons and benchmarks against the kernels; inputs must be valid (square, f32
+/// or f64), as [`ExpmBackend`] receives them.
+pub mod tensor_ops {
+    use burn::prelude::*;
+
+    use super::{ExpmMethod, ExpmvConfig, dense, expmv as taylor};
+
+    /// exp(A) for a batch [N, n, n].
+    pub fn expm<B: Backend>(a: Tensor<B, 3>, method: ExpmMethod) -> Tensor<B, 3> {
+        dense::expm_forward(a, method)
+    }
+
+    /// The adjoint of A given the adjoint of exp(A).
+    pub fn expm_backward<B: Backend>(
+        a: Tensor<B, 3>,
+        grad: Tensor<B, 3>,
+        method: ExpmMethod,
+    ) -> Tensor<B, 3> {
+        let plan = dense::plan(&a, method);
+        dense::expm_backward(a, grad, &plan)
+    }
+
+    /// exp(A) v and the adjoints (Abar, vbar) for the output adjoint `grad`.
+    pub fn expmv_with_backward<B: Backend>(
+        a: Tensor<B, 3>,
+        v: Tensor<B, 2>,
+        grad: Tensor<B, 2>,
+        config: &ExpmvConfig,
+    ) -> (Tensor<B, 2>, Tensor<B, 3>, Tensor<B, 2>) {
+        let (y, saved) = taylor::expmv_forward(a.clone(), v.clone(), config);
+        let (abar, vbar) = taylor::expmv_backward(a, v, grad, &saved);
+        (y, abar, vbar)
+    }
+}
+
+/// Floating-point operations of the forward exponential for a batch under the chosen degrees and
+/// scalings: 2n^3 per matrix product (scheme and squarings) and 8n^3/3 per Padé solve (LU with
+/// n right-hand sides). For throughput figures in benchmarks.
+pub fn forward_flops<B: Backend>(a: &Tensor<B, 3>, method: ExpmMethod) -> f64 {
+    let n = a.dims()[1] as f64;
+    let plan = dense::plan(a, method);
+    let mut flops = 0.0;
+    for &(degree, start, end) in &plan.groups {
+        let program = match method {
+            ExpmMethod::Pade => scheme::pade(degree),
+            ExpmMethod::Taylor => scheme::taylor(degree),
+        };
+        let products = program
+            .steps
+            .iter()
+            .filter(|s| matches!(s, scheme::Step::MatMul(..)))
+            .count() as f64;
+        let solve = if program.pade { 8.0 / 3.0 } else { 0.0 };
+        flops += (end - start) as f64 * (2.0 * products + solve) * n * n * n;
+    }
+    flops + plan.squarings.iter().map(|&s| s as f64).sum::<f64>() * 2.0 * n * n * n
 }

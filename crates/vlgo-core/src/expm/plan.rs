@@ -122,7 +122,9 @@ impl ExpmPlan {
             }
         }
         let squarings = order.iter().map(|&i| choices[i].1).collect();
-        let non_finite = (0..norms.len()).filter(|&i| !norms[i].is_finite()).collect();
+        let non_finite = (0..norms.len())
+            .filter(|&i| !norms[i].is_finite())
+            .collect();
         Self {
             order,
             groups,
@@ -170,7 +172,10 @@ mod tests {
         assert_eq!(choose(3.9, ExpmMethod::Pade, p), (7, 0));
         // ceil, not floor: 2 theta_7 needs one squaring, 2 theta_7 + eps two.
         assert_eq!(choose(2.0 * 3.925724783138660, ExpmMethod::Pade, p), (7, 1));
-        assert_eq!(choose(2.0 * 3.925724783138660 + 1e-6, ExpmMethod::Pade, p), (7, 2));
+        assert_eq!(
+            choose(2.0 * 3.925724783138660 + 1e-6, ExpmMethod::Pade, p),
+            (7, 2)
+        );
         assert_eq!(choose(5.0, ExpmMethod::Pade, Precision::Double), (13, 0));
         assert_eq!(choose(1.0, ExpmMethod::Taylor, p), (12, 0));
         assert_eq!(choose(3.0, ExpmMethod::Taylor, p), (18, 0));

@@ -373,7 +373,10 @@ mod tests {
             let truncated: f64 = (0..=m)
                 .map(|k| x.powi(k as i32) / (1..=k).map(|i| i as f64).product::<f64>())
                 .sum();
-            assert!((t - truncated).abs() < 1e-15, "degree {m}: {t} vs {truncated}");
+            assert!(
+                (t - truncated).abs() < 1e-15,
+                "degree {m}: {t} vs {truncated}"
+            );
         }
         let (t, _) = scalar(&taylor(18), 1.0);
         let truncated: f64 = (0..=18)

@@ -84,7 +84,9 @@ pub fn random_orthogonal(rng: &mut StdRng, n: usize) -> DMatrix<f64> {
 
 pub fn row_major(m: &DMatrix<f64>) -> Vec<f64> {
     let (r, c) = m.shape();
-    (0..r).flat_map(|i| (0..c).map(move |j| m[(i, j)])).collect()
+    (0..r)
+        .flat_map(|i| (0..c).map(move |j| m[(i, j)]))
+        .collect()
 }
 
 /// Block-diagonal rotation generator with the given frequencies (n = 2 * len).
@@ -105,4 +107,16 @@ pub fn rotation_blocks(freqs: &[f64], damping: f64) -> (Vec<f64>, Vec<f64>) {
         e[j * n + i] = -g * w.sin();
     }
     (a, e)
+}
+
+/// The float64 block trick: the upper-right block of expm([[A^T, G], [0, A^T]]).
+pub fn block_trick(a: &[f64], g: &[f64], n: usize) -> Vec<f64> {
+    let at = DMatrix::from_row_slice(n, n, a).transpose();
+    let gm = DMatrix::from_row_slice(n, n, g);
+    let mut big = DMatrix::zeros(2 * n, 2 * n);
+    big.view_mut((0, 0), (n, n)).copy_from(&at);
+    big.view_mut((n, n), (n, n)).copy_from(&at);
+    big.view_mut((0, n), (n, n)).copy_from(&gm);
+    let e = big.exp();
+    row_major(&e.view((0, n), (n, n)).into_owned())
 }

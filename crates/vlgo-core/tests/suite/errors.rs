@@ -9,7 +9,10 @@ use crate::common::*;
 fn non_square_and_mismatched_shapes_are_errors() {
     let device = device();
     let err = try_expm(Tensor::<B, 3>::zeros([2, 3, 4], &device)).unwrap_err();
-    assert!(matches!(err, VlgoError::Shape { ref got, .. } if got == &vec![2, 3, 4]), "{err}");
+    assert!(
+        matches!(err, VlgoError::Shape { ref got, .. } if got == &vec![2, 3, 4]),
+        "{err}"
+    );
     assert!(err.to_string().contains("[2, 3, 4]"));
     assert!(try_expm(Tensor::<B, 3>::zeros([2, 0, 0], &device)).is_err());
     let err = try_expmv(
@@ -30,5 +33,10 @@ fn non_square_and_mismatched_shapes_are_errors() {
 #[test]
 fn empty_batches_are_fine() {
     let device = device();
-    assert_eq!(try_expm(Tensor::<B, 3>::zeros([0, 3, 3], &device)).unwrap().dims(), [0, 3, 3]);
+    assert_eq!(
+        try_expm(Tensor::<B, 3>::zeros([0, 3, 3], &device))
+            .unwrap()
+            .dims(),
+        [0, 3, 3]
+    );
 }

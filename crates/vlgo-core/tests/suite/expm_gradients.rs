@@ -2,7 +2,6 @@
 //! (`expm.md`, "Gradients").
 
 use burn::tensor::DType;
-use nalgebra::DMatrix;
 use vlgo_core::{ExpmConfig, ExpmMethod, expm_with};
 
 use crate::common::*;
@@ -40,18 +39,6 @@ fn autodiff_gradient(a: &[f64], g: &[f64], n: usize, dtype: DType, method: ExpmM
     let out = expm_with(at.clone(), &ExpmConfig::new().with_method(method)).unwrap();
     let grads = (out * gt).sum().backward();
     to_f64(at.grad(&grads).expect("A receives a gradient"))
-}
-
-/// The float64 block trick: the upper-right block of expm([[A^T, G], [0, A^T]]).
-fn block_trick(a: &[f64], g: &[f64], n: usize) -> Vec<f64> {
-    let at = DMatrix::from_row_slice(n, n, a).transpose();
-    let gm = DMatrix::from_row_slice(n, n, g);
-    let mut big = DMatrix::zeros(2 * n, 2 * n);
-    big.view_mut((0, 0), (n, n)).copy_from(&at);
-    big.view_mut((n, n), (n, n)).copy_from(&at);
-    big.view_mut((0, n), (n, n)).copy_from(&gm);
-    let e = big.exp();
-    row_major(&e.view((0, n), (n, n)).into_owned())
 }
 
 #[test]
@@ -128,7 +115,13 @@ fn gradients_of_a_mixed_batch_equal_the_per_matrix_gradients() {
         .map(|&s| random_matrix(&mut r, n, s))
         .collect();
     let gs: Vec<Vec<f64>> = (0..4).map(|_| random_matrix(&mut r, n, 1.0)).collect();
-    let together = autodiff_gradient(&mats.concat(), &gs.concat(), n, DType::F32, ExpmMethod::Pade);
+    let together = autodiff_gradient(
+        &mats.concat(),
+        &gs.concat(),
+        n,
+        DType::F32,
+        ExpmMethod::Pade,
+    );
     for k in 0..4 {
         let alone = autodiff_gradient(&mats[k], &gs[k], n, DType::F32, ExpmMethod::Pade);
         let part = &together[k * n * n..(k + 1) * n * n];

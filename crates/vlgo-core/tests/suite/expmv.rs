@@ -53,8 +53,12 @@ fn expmv_equals_expm_times_v_across_norms() {
         let all = [mats.concat(), rot.clone(), shifted.clone()].concat();
         let count = all.len() / (n * n);
         let v = vectors(&mut r, count, n);
-        let y = expmv_with(batch::<B>(&all, n, DType::F32), vec_tensor::<B>(&v, n, DType::F32), &cfg)
-            .unwrap();
+        let y = expmv_with(
+            batch::<B>(&all, n, DType::F32),
+            vec_tensor::<B>(&v, n, DType::F32),
+            &cfg,
+        )
+        .unwrap();
         let y = to_f64(y);
         let want = reference(&all, &v, n);
         for k in 0..count {
@@ -62,7 +66,10 @@ fn expmv_equals_expm_times_v_across_norms() {
             let err = rel_frobenius_host(&y[k * n..(k + 1) * n], &want[k * n..(k + 1) * n]);
             // exp(A) v is as well conditioned as exp(A); allow the expm bar with the norm.
             let bar = 10.0 * (1.0 + two_norm(a, n)) * U32 * 4.0;
-            assert!(err <= bar.max(1e-6), "{cfg:?} matrix {k}: {err:.3e} > {bar:.3e}");
+            assert!(
+                err <= bar.max(1e-6),
+                "{cfg:?} matrix {k}: {err:.3e} > {bar:.3e}"
+            );
         }
     }
 }
@@ -74,9 +81,18 @@ fn expmv_in_f64_is_the_oracle() {
     }
     let mut r = rng(32);
     let n = 8;
-    let a = [random_matrix(&mut r, n, 0.7), random_matrix(&mut r, n, 20.0)].concat();
+    let a = [
+        random_matrix(&mut r, n, 0.7),
+        random_matrix(&mut r, n, 20.0),
+    ]
+    .concat();
     let v = vectors(&mut r, 2, n);
-    let y = expmv_with(batch::<B>(&a, n, DType::F64), vec_tensor::<B>(&v, n, DType::F64), &ExpmvConfig::new()).unwrap();
+    let y = expmv_with(
+        batch::<B>(&a, n, DType::F64),
+        vec_tensor::<B>(&v, n, DType::F64),
+        &ExpmvConfig::new(),
+    )
+    .unwrap();
     assert!(rel_frobenius_host(&to_f64(y), &reference(&a, &v, n)) < 1e-12);
 }
 
@@ -103,12 +119,11 @@ fn exact(a: &[f64], v: &[f64], g: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
         let vk = nalgebra::DVector::from_row_slice(&v[k * n..(k + 1) * n]);
         let gk = nalgebra::DVector::from_row_slice(&g[k * n..(k + 1) * n]);
         let outer = &gk * vk.transpose();
-        let mut big = nalgebra::DMatrix::zeros(2 * n, 2 * n);
-        big.view_mut((0, 0), (n, n)).copy_from(&ak.transpose());
-        big.view_mut((n, n), (n, n)).copy_from(&ak.transpose());
-        big.view_mut((0, n), (n, n)).copy_from(&outer);
-        let e = big.exp();
-        ga.extend(row_major(&e.view((0, n), (n, n)).into_owned()));
+        ga.extend(block_trick(
+            &a[k * n * n..(k + 1) * n * n],
+            &row_major(&outer),
+            n,
+        ));
         gv.extend((ak.exp().transpose() * gk).iter().copied());
     }
     (ga, gv)
@@ -118,9 +133,17 @@ fn exact(a: &[f64], v: &[f64], g: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
 fn expmv_adjoint_matches_float64_references() {
     let mut r = rng(33);
     let n = 8;
-    for cfg in [ExpmvConfig::new(), ExpmvConfig::new().with_fallback(false), ExpmvConfig::new().with_shift(false)] {
+    for cfg in [
+        ExpmvConfig::new(),
+        ExpmvConfig::new().with_fallback(false),
+        ExpmvConfig::new().with_shift(false),
+    ] {
         for norm in [0.2, 2.0, 9.0, 80.0] {
-            let a = [random_matrix(&mut r, n, norm), random_matrix(&mut r, n, norm / 3.0)].concat();
+            let a = [
+                random_matrix(&mut r, n, norm),
+                random_matrix(&mut r, n, norm / 3.0),
+            ]
+            .concat();
             let v = vectors(&mut r, 2, n);
             let g = vectors(&mut r, 2, n);
             let (ga, gv) = adjoint(&a, &v, &g, n, &cfg);
@@ -146,7 +169,10 @@ fn expmv_adjoint_is_invariant_to_the_upstream_scale() {
     let (gb, _) = adjoint(&a, &v, &big, n, &cfg);
     let gb: Vec<f64> = gb.iter().map(|x| x / 65536.0).collect();
     let (e1, e2) = (rel_frobenius_host(&ga, &ea), rel_frobenius_host(&gb, &ea));
-    assert!(e1 <= 1e-4 && (e2 - e1).abs() <= 0.01 * e1 + 1e-9, "{e1:.3e} vs {e2:.3e}");
+    assert!(
+        e1 <= 1e-4 && (e2 - e1).abs() <= 0.01 * e1 + 1e-9,
+        "{e1:.3e} vs {e2:.3e}"
+    );
 }
 
 #[test]
@@ -160,12 +186,39 @@ fn expmv_nan_and_inf_rows_are_nan_and_the_rest_untouched() {
     inf[2] = f64::INFINITY;
     let a = [good.clone(), nan, inf, good.clone()].concat();
     let v = vectors(&mut r, 4, n);
-    let y = to_f64(vlgo_core::expmv(batch::<B>(&a, n, DType::F32), vec_tensor::<B>(&v, n, DType::F32)));
+    let y = to_f64(vlgo_core::expmv(
+        batch::<B>(&a, n, DType::F32),
+        vec_tensor::<B>(&v, n, DType::F32),
+    ));
     for k in [1, 2] {
-        assert!(y[k * n..(k + 1) * n].iter().all(|x| x.is_nan()), "row {k}: {:?}", &y[k * n..(k + 1) * n]);
+        assert!(
+            y[k * n..(k + 1) * n].iter().all(|x| x.is_nan()),
+            "row {k}: {:?}",
+            &y[k * n..(k + 1) * n]
+        );
     }
     for k in [0, 3] {
         let want = reference(&good, &v[k * n..(k + 1) * n], n);
         assert!(rel_frobenius_host(&y[k * n..(k + 1) * n], &want) < 1e-5);
+    }
+}
+
+#[test]
+fn expmv_gradient_at_zero_is_the_outer_product() {
+    // d/dA <g, exp(A) v> at A = 0 is g v^T (a zero-degree series would give 0).
+    let n = 3;
+    let v = [1.0, -2.0, 0.5];
+    let g = [0.3, 0.1, -1.0];
+    for shift in [true, false] {
+        let (ga, gv) = adjoint(&[0.0; 9], &v, &g, n, &ExpmvConfig::new().with_shift(shift));
+        for i in 0..n {
+            for j in 0..n {
+                assert!(
+                    (ga[i * n + j] - g[i] * v[j]).abs() < 1e-6,
+                    "shift {shift}: {ga:?}"
+                );
+            }
+        }
+        assert!(rel_frobenius_host(&gv, &g) < 1e-7);
     }
 }

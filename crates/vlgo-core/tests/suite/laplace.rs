@@ -29,7 +29,11 @@ const DRAWS: [usize; 2] = [200, 250]; // 50 000 samples per estimate
 fn plain_laplace_samples_have_the_right_moments() {
     let (mu, s) = (0.3, 0.5);
     let p = LaplaceParams::<B>::new(full(DRAWS, mu), full(DRAWS, f64::ln(s))).unwrap();
-    let c = to_f64(sample(&p, uniform(&NoiseStreams::new(1), 0, DRAWS), &Threshold::none()));
+    let c = to_f64(sample(
+        &p,
+        uniform(&NoiseStreams::new(1), 0, DRAWS),
+        &Threshold::none(),
+    ));
     let n = c.len() as f64;
     let mean = c.iter().sum::<f64>() / n;
     let mad = c.iter().map(|x| (x - mu).abs()).sum::<f64>() / n;
@@ -46,7 +50,10 @@ fn noise_threshold_zeroes_with_probability_one_minus_exp() {
         let frac = zero_fraction(sample(&p, uniform(&NoiseStreams::new(2), 0, DRAWS), &th));
         let want = 1.0 - (-zeta / s).exp();
         // Binomial sd <= 0.5 / sqrt(50 000) = 2.2e-3; tolerance 0.01 (> 4 sd).
-        assert!((frac - want).abs() < 0.01, "mu {mu} s {s} zeta {zeta}: {frac} vs {want}");
+        assert!(
+            (frac - want).abs() < 0.01,
+            "mu {mu} s {s} zeta {zeta}: {frac} vs {want}"
+        );
     }
 }
 
@@ -65,9 +72,16 @@ fn sample_threshold_zeroes_with_probability_of_the_interval() {
         let c = sample(&p, uniform(&NoiseStreams::new(3), 0, DRAWS), &th);
         let frac = zero_fraction(c.clone());
         let want = cdf(zeta, mu, s) - cdf(-zeta, mu, s);
-        assert!((frac - want).abs() < 0.01, "mu {mu} s {s} zeta {zeta}: {frac} vs {want}");
+        assert!(
+            (frac - want).abs() < 0.01,
+            "mu {mu} s {s} zeta {zeta}: {frac} vs {want}"
+        );
         // Survivors are shrunk toward zero by exactly zeta.
-        let raw = to_f64(sample(&p, uniform(&NoiseStreams::new(3), 0, DRAWS), &Threshold::none()));
+        let raw = to_f64(sample(
+            &p,
+            uniform(&NoiseStreams::new(3), 0, DRAWS),
+            &Threshold::none(),
+        ));
         for (cv, rv) in to_f64(c).iter().zip(&raw).take(500) {
             if *cv != 0.0 {
                 assert!((cv.abs() - (rv.abs() - zeta)).abs() < 1e-5);
@@ -90,8 +104,14 @@ fn straight_through_gradients_reach_location_and_scale_of_zeroed_entries() {
         let g = (c * 3.0).sum().backward();
         let gl = to_f64(loc.grad(&g).unwrap());
         let gs = to_f64(ls.grad(&g).unwrap());
-        assert!(gl.iter().all(|x| (x - 3.0).abs() < 1e-6), "{variant:?} dloc {gl:?}");
-        assert!(gs.iter().all(|x| x.abs() > 0.0 && x.is_finite()), "{variant:?} dlogs {gs:?}");
+        assert!(
+            gl.iter().all(|x| (x - 3.0).abs() < 1e-6),
+            "{variant:?} dloc {gl:?}"
+        );
+        assert!(
+            gs.iter().all(|x| x.abs() > 0.0 && x.is_finite()),
+            "{variant:?} dlogs {gs:?}"
+        );
     }
 }
 
@@ -102,7 +122,12 @@ fn laplace_logpdf(x: f64, mu: f64, s: f64) -> f64 {
 #[test]
 fn kl_matches_a_monte_carlo_estimate() {
     let mut r = rng(51);
-    for (m1, s1, m2, s2) in [(0.0, 1.0, 0.5, 2.0), (0.05, 0.01, 0.05, 0.01), (1.0, 0.3, -0.2, 0.8), (0.1, 0.02, 0.05, 0.01)] {
+    for (m1, s1, m2, s2) in [
+        (0.0, 1.0, 0.5, 2.0),
+        (0.05, 0.01, 0.05, 0.01),
+        (1.0, 0.3, -0.2, 0.8),
+        (0.1, 0.02, 0.05, 0.01),
+    ] {
         let q = LaplaceParams::<B>::new(full([1, 1], m1), full([1, 1], f64::ln(s1))).unwrap();
         let p = LaplaceParams::<B>::new(full([1, 1], m2), full([1, 1], f64::ln(s2))).unwrap();
         let kl = kl_divergence(&q, &p).into_scalar().to_f64();
@@ -118,7 +143,10 @@ fn kl_matches_a_monte_carlo_estimate() {
         let var = terms.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
         let se = (var / n as f64).sqrt();
         // 5 standard errors, plus f32 rounding of the closed form.
-        assert!((kl - mean).abs() <= 5.0 * se + 1e-5 * (1.0 + mean.abs()), "{kl} vs {mean} +- {se}");
+        assert!(
+            (kl - mean).abs() <= 5.0 * se + 1e-5 * (1.0 + mean.abs()),
+            "{kl} vs {mean} +- {se}"
+        );
     }
 }
 
@@ -127,7 +155,13 @@ fn kl_is_finite_at_the_clamp_limits_with_finite_gradients() {
     let device = device();
     let lo = -100.0 + f64::ln(0.01); // encoder clamp: e^-104.6 underflows in f32
     let hi = 3.0 + f64::ln(0.01);
-    for (ls1, ls2, d) in [(lo, hi, 0.0), (lo, hi, 10.0), (lo, f64::ln(0.01), 0.0), (hi, f64::ln(0.01), 0.0), (hi, hi, 5.0)] {
+    for (ls1, ls2, d) in [
+        (lo, hi, 0.0),
+        (lo, hi, 10.0),
+        (lo, f64::ln(0.01), 0.0),
+        (hi, f64::ln(0.01), 0.0),
+        (hi, hi, 5.0),
+    ] {
         let loc = Tensor::<AD, 2>::full([2, 3], 0.05 + d, &device).require_grad();
         let ls = Tensor::<AD, 2>::full([2, 3], ls1, &device).require_grad();
         let q = LaplaceParams::new(loc.clone(), ls.clone()).unwrap();
@@ -138,7 +172,10 @@ fn kl_is_finite_at_the_clamp_limits_with_finite_gradients() {
         .unwrap();
         let kl = kl_divergence(&q, &p);
         let v = kl.clone().into_scalar().to_f64();
-        assert!(v.is_finite() && v >= -1e-3, "ls1 {ls1} ls2 {ls2} d {d}: {v}");
+        assert!(
+            v.is_finite() && v >= -1e-3,
+            "ls1 {ls1} ls2 {ls2} d {d}: {v}"
+        );
         let g = kl.backward();
         assert!(to_f64(loc.grad(&g).unwrap()).iter().all(|x| x.is_finite()));
         assert!(to_f64(ls.grad(&g).unwrap()).iter().all(|x| x.is_finite()));
@@ -159,7 +196,10 @@ fn warmup_blends_toward_the_fixed_prior() {
     assert!((mu - (0.25 * -0.4 + 0.75 * 0.05)).abs() < 1e-6);
     assert!((s - (0.25 * 0.2 + 0.75 * 0.01)).abs() < 1e-6);
     let (mu, s) = at(25, WarmupBlend::PublicCode);
-    assert!((mu - (0.25 * -0.4 - 0.75 * 0.05)).abs() < 1e-6, "sign of the learned location");
+    assert!(
+        (mu - (0.25 * -0.4 - 0.75 * 0.05)).abs() < 1e-6,
+        "sign of the learned location"
+    );
     assert!((s - (0.25 * 0.2f64.ln() + 0.75 * 0.01f64.ln()).exp()).abs() < 1e-6);
     let (mu, _) = at(500, WarmupBlend::Paper);
     assert!((mu + 0.4).abs() < 1e-6);
@@ -170,10 +210,16 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
     let device = device();
     let mut r = rng(52);
     let (m, d, n, j) = (3, 4, 5, 6);
-    let ops = LieOperatorsConfig::new(m, d).with_init_beta(2.0).init::<AD>(&device).unwrap();
+    let ops = LieOperatorsConfig::new(m, d)
+        .with_init_beta(2.0)
+        .init::<AD>(&device)
+        .unwrap();
     let z0: Vec<f64> = (0..n * d).map(|_| gaussian(&mut r)).collect();
-    let z0 = Tensor::<AD, 1>::from_floats(z0.iter().map(|x| *x as f32).collect::<Vec<_>>().as_slice(), &device)
-        .reshape([n, d]);
+    let z0 = Tensor::<AD, 1>::from_floats(
+        z0.iter().map(|x| *x as f32).collect::<Vec<_>>().as_slice(),
+        &device,
+    )
+    .reshape([n, d]);
     let c_true = Tensor::<AD, 2>::full([n, m], 0.3, &device);
     let z1 = ops.transport(c_true, z0.clone()).unwrap().detach();
     let loc = Tensor::<AD, 2>::full([n, m], 0.2, &device).require_grad();
@@ -192,17 +238,24 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
     let mut errs = vec![vec![0.0; j]; n];
     for (k, u) in draws.iter().enumerate() {
         let c = sample(&params.detach(), u.clone(), &th);
-        let e = to_f64((ops.transport(c, z0.clone()).unwrap() - z1.clone()).square().sum_dim(1));
+        let e = to_f64(
+            (ops.transport(c, z0.clone()).unwrap() - z1.clone())
+                .square()
+                .sum_dim(1),
+        );
         for i in 0..n {
             errs[i][k] = e[i];
         }
     }
     for i in 0..n {
-        let argmin = (0..j).min_by(|&a, &b| errs[i][a].total_cmp(&errs[i][b])).unwrap();
+        let argmin = (0..j)
+            .min_by(|&a, &b| errs[i][a].total_cmp(&errs[i][b]))
+            .unwrap();
         assert_eq!(best.winner[i], argmin, "datum {i}: {:?}", errs[i]);
     }
     // The seeded form draws the same numbers.
-    let seeded = best_of_j_seeded(&ops, &params, z0.clone(), z1.clone(), &th, &streams, 0, j).unwrap();
+    let seeded =
+        best_of_j_seeded(&ops, &params, z0.clone(), z1.clone(), &th, &streams, 0, j).unwrap();
     assert_eq!(seeded.winner, best.winner);
     // Gradient: equal to that of the winner re-formed alone.
     let g = best.coefficients.clone().sum().backward();
@@ -210,15 +263,37 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
     let alone = sample(&params, best.noise.clone(), &th);
     let g2 = alone.sum().backward();
     assert_eq!(gl_best, to_f64(ls.grad(&g2).unwrap()));
-    assert!(ops.psi.grad(&g).is_none(), "candidates do not enter the graph");
+    assert!(
+        ops.psi.grad(&g).is_none(),
+        "candidates do not enter the graph"
+    );
 }
 
 #[test]
 fn negative_or_nan_thresholds_and_bad_priors_are_errors() {
     assert!(Threshold::new(-0.1, ThresholdVariant::Noise).is_err());
-    assert!(Threshold::new(f64::NAN, ThresholdVariant::Sample).unwrap_err().to_string().contains("NaN"));
-    assert!(FixedPrior { shift: 0.0, scale: 0.0 }.validate().is_err());
-    assert!(FixedPrior { shift: f64::NAN, scale: 0.1 }.validate().is_err());
+    assert!(
+        Threshold::new(f64::NAN, ThresholdVariant::Sample)
+            .unwrap_err()
+            .to_string()
+            .contains("NaN")
+    );
+    assert!(
+        FixedPrior {
+            shift: 0.0,
+            scale: 0.0
+        }
+        .validate()
+        .is_err()
+    );
+    assert!(
+        FixedPrior {
+            shift: f64::NAN,
+            scale: 0.1
+        }
+        .validate()
+        .is_err()
+    );
     let e = LaplaceParams::<B>::new(full([2, 3], 0.0), full([2, 4], 0.0)).unwrap_err();
     assert!(e.to_string().contains("[2, 4]"), "{e}");
 }

@@ -12,8 +12,11 @@ use crate::common::*;
 
 fn features<BK: Backend>(r: &mut rand::rngs::StdRng, n: usize, d: usize) -> Tensor<BK, 2> {
     let data: Vec<f64> = (0..n * d).map(|_| gaussian(r)).collect();
-    Tensor::<BK, 1>::from_data(TensorData::new(data, [n * d]), (&Default::default(), DType::F32))
-        .reshape([n, d])
+    Tensor::<BK, 1>::from_data(
+        TensorData::new(data, [n * d]),
+        (&Default::default(), DType::F32),
+    )
+    .reshape([n, d])
 }
 
 #[test]
@@ -45,7 +48,10 @@ fn transport_of_the_initialisation_has_its_closed_form() {
                     let want = [g * (cs * x - sn * y), g * (sn * x + cs * y)];
                     let got = [moved[row * d + i], moved[row * d + j]];
                     for t in 0..2 {
-                        assert!((got[t] - want[t]).abs() < 1e-5, "{method:?}: {got:?} vs {want:?}");
+                        assert!(
+                            (got[t] - want[t]).abs() < 1e-5,
+                            "{method:?}: {got:?} vs {want:?}"
+                        );
                     }
                 }
             }
@@ -92,7 +98,10 @@ fn block_diagonal_equals_the_dense_block_matrix_and_direct_leaves_the_tail() {
     let moved = to_f64(direct.transport(c, z.clone()).unwrap());
     let zh = to_f64(z);
     for row in 0..4 {
-        assert_eq!(moved[row * d + 4..row * d + 6], zh[row * d + 4..row * d + 6]);
+        assert_eq!(
+            moved[row * d + 4..row * d + 6],
+            zh[row * d + 4..row * d + 6]
+        );
     }
 }
 
@@ -101,7 +110,10 @@ fn gradients_reach_coefficients_and_generators_through_transport() {
     let device = device();
     let mut r = rng(43);
     let (m, d) = (3, 4);
-    let ops = LieOperatorsConfig::new(m, d).with_init_beta(2.0).init::<AD>(&device).unwrap();
+    let ops = LieOperatorsConfig::new(m, d)
+        .with_init_beta(2.0)
+        .init::<AD>(&device)
+        .unwrap();
     let c = features::<AD>(&mut r, 2, m).require_grad();
     let z = features::<AD>(&mut r, 2, d).require_grad();
     let target = features::<AD>(&mut r, 2, d);
@@ -125,7 +137,10 @@ fn gradients_reach_coefficients_and_generators_through_transport() {
     let base = |cv: Tensor<B, 2>| {
         let ops_b = ops.clone().valid();
         let moved = ops_b.transport(cv, z.clone().inner()).unwrap();
-        manifold_loss(moved, target.clone().inner()).unwrap().into_scalar().to_f64()
+        manifold_loss(moved, target.clone().inner())
+            .unwrap()
+            .into_scalar()
+            .to_f64()
     };
     let c0 = to_f64(c.clone().inner());
     let h = 1e-2;
@@ -135,10 +150,15 @@ fn gradients_reach_coefficients_and_generators_through_transport() {
         p[k] += h;
         q[k] -= h;
         let mk = |v: Vec<f64>| {
-            Tensor::<B, 1>::from_data(TensorData::new(v, [2 * m]), (&device, DType::F32)).reshape([2, m])
+            Tensor::<B, 1>::from_data(TensorData::new(v, [2 * m]), (&device, DType::F32))
+                .reshape([2, m])
         };
         let fd = (base(mk(p)) - base(mk(q))) / (2.0 * h);
-        assert!((fd - gc1[k]).abs() < 2e-3 * (1.0 + fd.abs()), "c[{k}]: {fd} vs {}", gc1[k]);
+        assert!(
+            (fd - gc1[k]).abs() < 2e-3 * (1.0 + fd.abs()),
+            "c[{k}]: {fd} vs {}",
+            gc1[k]
+        );
     }
 }
 
@@ -152,7 +172,11 @@ fn metrics_norms_usage_and_eigenvalues() {
     let norms = to_f64(ops.generator_norms());
     let psi = to_f64(ops.psi.val());
     for (mi, nv) in norms.iter().enumerate() {
-        let want: f64 = psi[mi * 8..(mi + 1) * 8].iter().map(|x| x * x).sum::<f64>().sqrt();
+        let want: f64 = psi[mi * 8..(mi + 1) * 8]
+            .iter()
+            .map(|x| x * x)
+            .sum::<f64>()
+            .sqrt();
         assert!((nv - want).abs() < 1e-5);
     }
     let c = Tensor::<B, 2>::from_data([[0.0, 0.5, 0.0], [0.0, -0.1, 0.0]], &device);
@@ -184,17 +208,32 @@ fn bad_operator_configurations_and_shapes_are_errors() {
     let odd = LieOperatorsConfig::new(2, 6).with_form(OperatorForm::BlockDiagonal(3));
     let e = odd.init::<B>(&device).unwrap_err();
     assert!(e.to_string().contains("even"), "{e}");
-    let e = LieOperatorsConfig::new(2, 10).with_form(OperatorForm::BlockDiagonal(4)).validate().unwrap_err();
+    let e = LieOperatorsConfig::new(2, 10)
+        .with_form(OperatorForm::BlockDiagonal(4))
+        .validate()
+        .unwrap_err();
     assert!(e.to_string().contains("4 for d = 10"), "{e}");
-    assert!(matches!(LieOperatorsConfig::new(0, 4).validate(), Err(VlgoError::InvalidParameter { .. })));
-    assert!(LieOperatorsConfig::new(2, 5).validate().is_err(), "odd dense d");
+    assert!(matches!(
+        LieOperatorsConfig::new(0, 4).validate(),
+        Err(VlgoError::InvalidParameter { .. })
+    ));
+    assert!(
+        LieOperatorsConfig::new(2, 5).validate().is_err(),
+        "odd dense d"
+    );
     let ops = LieOperatorsConfig::new(2, 4).init::<B>(&device).unwrap();
     let e = ops
-        .transport(Tensor::zeros([3, 5], &device), Tensor::zeros([3, 4], &device))
+        .transport(
+            Tensor::zeros([3, 5], &device),
+            Tensor::zeros([3, 4], &device),
+        )
         .unwrap_err();
     assert!(e.to_string().contains("M = 2"), "{e}");
     let e = ops
-        .transport(Tensor::zeros([3, 2], &device), Tensor::zeros([2, 4], &device))
+        .transport(
+            Tensor::zeros([3, 2], &device),
+            Tensor::zeros([2, 4], &device),
+        )
         .unwrap_err();
     assert!(e.to_string().contains("[2, 4]"), "{e}");
 }

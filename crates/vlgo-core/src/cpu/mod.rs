@@ -1,0 +1,213 @@
+//! The CPU kernel behind [`ExpmBackend`](crate::ExpmBackend) for `NdArray` and `Flex`: each
+//! matrix is evaluated while it sits in L1/L2 with small vectorised kernels ([`simd`]), matrices
+//! are spread over the cores with rayon. Same plans, schemes and reverse modes as the tensor-op
+//! version, so the two agree within the accuracy bar; every matrix is computed by one thread from
+//! its own data, so results do not depend on the number of threads.
+//!
+//! The kernel computes in f32 (f16 and bf16 inputs arrive promoted); f64 inputs, the test
+//! oracle, keep the tensor-op path.
+
+pub(crate) mod expm;
+pub(crate) mod expmv;
+pub(crate) mod lu;
+pub mod simd;
+
+use burn::prelude::*;
+use burn::tensor::DType;
+use rayon::prelude::*;
+
+use crate::expm::{ExpmMethod, ExpmvConfig};
+
+fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .to_vec::<f32>()
+        .expect("an f32 tensor reads back as f32")
+}
+
+fn device_tensor<B: Backend, const D: usize>(
+    data: Vec<f32>,
+    dims: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(data, dims), (device, DType::F32))
+}
+
+/// Whether the kernel takes this tensor (f32); other dtypes keep the tensor-op path.
+pub(crate) fn accepts<B: Backend, const D: usize>(t: &Tensor<B, D>) -> bool {
+    t.dtype() == DType::F32
+}
+
+/// exp(A) for a batch [N, n, n] of f32 matrices.
+pub(crate) fn expm_batch<B: Backend>(a: Tensor<B, 3>, method: ExpmMethod) -> Tensor<B, 3> {
+    let (dims, device) = (a.dims(), a.device());
+    let n = dims[1];
+    let input = host(a);
+    let mut out = vec![0.0f32; input.len()];
+    if n > 0 {
+        out.par_chunks_mut(n * n)
+            .zip(input.par_chunks(n * n))
+            .for_each_init(expm::Workspace::default, |ws, (o, a)| {
+                expm::forward(a, o, n, method, ws)
+            });
+    }
+    device_tensor(out, dims, &device)
+}
+
+/// The adjoint of A for a batch, given the adjoint of exp(A).
+pub(crate) fn expm_backward_batch<B: Backend>(
+    a: Tensor<B, 3>,
+    grad: Tensor<B, 3>,
+    method: ExpmMethod,
+) -> Tensor<B, 3> {
+    let (dims, device) = (a.dims(), a.device());
+    let n = dims[1];
+    let (input, grad) = (host(a), host(grad.cast(DType::F32)));
+    let mut out = vec![0.0f32; input.len()];
+    if n > 0 {
+        out.par_chunks_mut(n * n)
+            .zip(input.par_chunks(n * n).zip(grad.par_chunks(n * n)))
+            .for_each_init(expm::Workspace::default, |ws, (o, (a, g))| {
+                expm::backward(a, g, o, n, method, ws)
+            });
+    }
+    device_tensor(out, dims, &device)
+}
+
+/// exp(A) v for a batch: A [N, n, n], v [N, n].
+pub(crate) fn expmv_batch<B: Backend>(
+    a: Tensor<B, 3>,
+    v: Tensor<B, 2>,
+    config: &ExpmvConfig,
+) -> Tensor<B, 2> {
+    let (dims, device) = (v.dims(), v.device());
+    let n = dims[1];
+    let (a, v) = (host(a), host(v.cast(DType::F32)));
+    let mut y = vec![0.0f32; v.len()];
+    if n > 0 {
+        y.par_chunks_mut(n)
+            .zip(a.par_chunks(n * n).zip(v.par_chunks(n)))
+            .for_each_init(expm::Workspace::default, |ws, (y, (a, v))| {
+                expmv::forward(a, v, y, n, config, ws)
+            });
+    }
+    device_tensor(y, dims, &device)
+}
+
+/// Adjoints (Abar, vbar) of exp(A) v for a batch, given the adjoint of the output.
+pub(crate) fn expmv_backward_batch<B: Backend>(
+    a: Tensor<B, 3>,
+    v: Tensor<B, 2>,
+    grad: Tensor<B, 2>,
+    config: &ExpmvConfig,
+) -> (Tensor<B, 3>, Tensor<B, 2>) {
+    let (adims, vdims, device) = (a.dims(), v.dims(), v.device());
+    let n = vdims[1];
+    let (a, v, g) = (
+        host(a),
+        host(v.cast(DType::F32)),
+        host(grad.cast(DType::F32)),
+    );
+    let mut abar = vec![0.0f32; a.len()];
+    let mut vbar = vec![0.0f32; v.len()];
+    if n > 0 {
+        abar.par_chunks_mut(n * n)
+            .zip(vbar.par_chunks_mut(n))
+            .zip(
+                a.par_chunks(n * n)
+                    .zip(v.par_chunks(n).zip(g.par_chunks(n))),
+            )
+            .for_each_init(expm::Workspace::default, |ws, ((ab, vb), (a, (v, g)))| {
+                expmv::backward(a, v, g, ab, vb, n, config, ws)
+            });
+    }
+    (
+        device_tensor(abar, adims, &device),
+        device_tensor(vbar, vdims, &device),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expm::dense;
+    use crate::testing::{TestBackend, rel_frobenius};
+    use burn::tensor::Distribution;
+
+    type B = TestBackend;
+
+    fn batch(count: usize, n: usize, norm: f64) -> Tensor<B, 3> {
+        let device = Default::default();
+        B::seed(&device, 3);
+        let a = Tensor::<B, 3>::random([count, n, n], Distribution::Normal(0.0, 1.0), &device);
+        let norms = a.clone().abs().sum_dim(1).max_dim(2);
+        a / norms * norm
+    }
+
+    #[test]
+    fn kernel_agrees_with_the_tensor_op_path() {
+        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+            for norm in [0.3, 2.0, 9.0, 80.0] {
+                let a = batch(6, 12, norm);
+                let tensor_ops = dense::expm_forward(a.clone(), method);
+                let kernel = expm_batch(a.clone(), method);
+                let err = rel_frobenius(kernel, tensor_ops);
+                assert!(err < 2e-5 * (1.0 + norm), "{method:?} {norm}: {err:.2e}");
+                let g = batch(6, 12, 1.0);
+                let plan = dense::plan(&a, method);
+                let tensor_ops = dense::expm_backward(a.clone(), g.clone(), &plan);
+                let kernel = expm_backward_batch(a.clone(), g, method);
+                let err = rel_frobenius(kernel, tensor_ops);
+                assert!(
+                    err < 2e-5 * (1.0 + norm),
+                    "{method:?} {norm} backward: {err:.2e}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn expmv_kernel_agrees_with_the_tensor_op_path() {
+        let device = Default::default();
+        let config = ExpmvConfig::default();
+        for norm in [0.0, 0.3, 4.0, 30.0, 60.0] {
+            let a = batch(5, 10, norm);
+            let v = Tensor::<B, 2>::random([5, 10], Distribution::Normal(0.0, 1.0), &device);
+            let g = Tensor::<B, 2>::random([5, 10], Distribution::Normal(0.0, 1.0), &device);
+            let (want, saved) = crate::expm::expmv::expmv_forward(a.clone(), v.clone(), &config);
+            let got = expmv_batch(a.clone(), v.clone(), &config);
+            assert!(rel_frobenius(got, want) < 1e-5, "norm {norm}");
+            let (wa, wv) =
+                crate::expm::expmv::expmv_backward(a.clone(), v.clone(), g.clone(), &saved);
+            let (ga, gv) = expmv_backward_batch(a, v, g, &config);
+            assert!(
+                rel_frobenius(ga, wa) < 1e-4 * (1.0 + norm),
+                "norm {norm} dA"
+            );
+            assert!(
+                rel_frobenius(gv, wv) < 1e-4 * (1.0 + norm),
+                "norm {norm} dv"
+            );
+        }
+    }
+
+    #[test]
+    fn results_do_not_depend_on_the_thread_count() {
+        let a = batch(16, 9, 5.0);
+        let g = batch(16, 9, 1.0);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let f = expm_batch(a.clone(), ExpmMethod::Pade).into_data();
+                let b = expm_backward_batch(a.clone(), g.clone(), ExpmMethod::Pade).into_data();
+                (f, b)
+            })
+        };
+        let (f1, b1) = run(1);
+        let (f2, b2) = run(2);
+        assert_eq!(f1, f2);
+        assert_eq!(b1, b2);
+    }
+}
