@@ -6,7 +6,7 @@
 //! [N, n, n] f32 batches whose median 1-norm is about 1.6 and about 10: the setting of
 //! `pytorch_anchors.py --only expm`, whose figures belong beside these (same machine, same
 //! session). `--tensor-ops` adds the portable tensor-op implementation on NdArray (slow: its
-//! pivoted solve is n sequential whole-batch passes).
+//! pivoted solve is n sequential whole-batch passes; one timed run after a warm-up).
 
 use std::time::Instant;
 
@@ -73,11 +73,10 @@ fn matrices<B: Backend>(count: usize, n: usize, norm: f64, device: &B::Device) -
 
 const METHODS: [ExpmMethod; 2] = [ExpmMethod::Pade, ExpmMethod::Taylor];
 
-fn header(name: &str, args: &Args) {
+fn header(name: &str, args: &Args, reps: usize) {
     println!(
-        "\n{name}: [{}, {n}, {n}] f32, median of {} runs, ms (forward GFLOP/s)",
+        "\n{name}: [{}, {n}, {n}] f32, median of {reps} runs, ms (forward GFLOP/s)",
         args.matrices,
-        args.reps,
         n = args.n
     );
     println!(
@@ -91,7 +90,7 @@ where
     Autodiff<B>: ExpmBackend,
 {
     let device: B::Device = Default::default();
-    header(name, args);
+    header(name, args, args.reps);
     for norm in [1.6, 10.0] {
         let a = matrices::<B>(args.matrices, args.n, norm, &device);
         let up = Tensor::<B, 3>::random(a.dims(), Distribution::Normal(0.0, 1.0), &device);
@@ -100,6 +99,16 @@ where
             Distribution::Normal(0.0, 1.0),
             &device,
         );
+        if norm == 1.6 {
+            let s = time(args.reps, || {
+                let t = Tensor::<B, 3>::from_data(a.clone().into_data(), &device);
+                let _ = t.into_data();
+            });
+            println!(
+                "(a round trip host -> tensor -> host of the batch alone: {:.1} ms)",
+                s * 1e3
+            );
+        }
         let mut row = vec![format!("{norm}")];
         for method in METHODS {
             let cfg = ExpmConfig::new().with_method(method);
@@ -132,8 +141,8 @@ where
 
 fn bench_tensor_ops<B: Backend>(name: &str, args: &Args) {
     let device: B::Device = Default::default();
-    header(name, args);
-    let reps = args.reps.min(2);
+    let reps = 1;
+    header(name, args, reps);
     for norm in [1.6, 10.0] {
         let a = matrices::<B>(args.matrices, args.n, norm, &device);
         let up = Tensor::<B, 3>::random(a.dims(), Distribution::Normal(0.0, 1.0), &device);
@@ -172,17 +181,48 @@ fn bench_tensor_ops<B: Backend>(name: &str, args: &Args) {
     }
 }
 
+/// Single-thread throughput of the kernel's n x n product, for comparison with the peak.
+fn bench_matmul(n: usize) {
+    let a: Vec<f32> = (0..n * n).map(|k| (k % 7) as f32 * 0.1).collect();
+    let b: Vec<f32> = (0..n * n).map(|k| (k % 5) as f32 * 0.1).collect();
+    let mut c = vec![0.0f32; n * n];
+    let reps = 20_000;
+    let s = time(3, || {
+        for _ in 0..reps {
+            vlgo_core::cpu::simd::matmul(&a, &b, &mut c, n, false);
+        }
+    });
+    let gflops = reps as f64 * 2.0 * (n * n * n) as f64 / s / 1e9;
+    println!(
+        "kernel matmul {n}x{n}, one thread: {:.2} us, {gflops:.0} GFLOP/s",
+        s / reps as f64 * 1e6
+    );
+}
+
 fn main() {
     let args = args();
     println!(
         "CPU kernel instruction set: {:?}",
         vlgo_core::cpu::simd::isa()
     );
+    bench_matmul(args.n);
+    if std::env::args().any(|a| a == "--matmul-only") {
+        return;
+    }
+    let only = std::env::args().skip_while(|a| a != "--only").nth(1);
+    let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
     #[cfg(feature = "flex")]
-    bench_backend::<burn::backend::Flex>("flex (kernel)", &args);
-    bench_backend::<burn::backend::NdArray>("ndarray (kernel)", &args);
+    if run("flex") {
+        bench_backend::<burn::backend::Flex>("flex (kernel)", &args);
+    }
+    if run("ndarray") {
+        bench_backend::<burn::backend::NdArray>("ndarray (kernel)", &args);
+    }
     if args.tensor_ops {
-        bench_tensor_ops::<burn::backend::NdArray>("ndarray (tensor ops, at most 2 runs)", &args);
+        bench_tensor_ops::<burn::backend::NdArray>(
+            "ndarray (tensor ops, one run after a warm-up)",
+            &args,
+        );
     }
     #[cfg(feature = "wgpu")]
     bench_backend::<burn::backend::Wgpu>("wgpu (tensor ops)", &args);

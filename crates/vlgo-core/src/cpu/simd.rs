@@ -5,9 +5,6 @@
 
 use std::sync::OnceLock;
 
-/// Columns of C kept in registers per pass: 64 f32 = four 512-bit or eight 256-bit registers.
-const W: usize = 64;
-
 /// a * b + c, fused where the instruction set has FMA (the fused form is also more accurate).
 trait Fma {
     fn fma(a: f32, b: f32, c: f32) -> f32;
@@ -27,53 +24,77 @@ impl Fma for Unfused {
     }
 }
 
-/// C (+)= A B for row-major n x n matrices. Two rows of C at a time, W columns per pass, so the
-/// accumulators (2 x W) stay in registers while a row of B streams from L1.
+/// One R x W tile of C (+)= A B: R rows of C, W columns, accumulated over k in registers while
+/// a W-wide strip of each row of B streams from L1. R * W is sized per instruction set so that the
+/// accumulators, one strip of B and a broadcast fit the register file.
 #[inline(always)]
-fn matmul_body<F: Fma>(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
-    let mut j0 = 0;
-    while j0 < n {
-        let w = (n - j0).min(W);
-        let mut i = 0;
-        if w == W {
-            while i + 2 <= n {
-                let mut acc0 = [0f32; W];
-                let mut acc1 = [0f32; W];
-                if accumulate {
-                    acc0.copy_from_slice(&c[i * n + j0..i * n + j0 + W]);
-                    acc1.copy_from_slice(&c[(i + 1) * n + j0..(i + 1) * n + j0 + W]);
-                }
-                let (ra, rb) = (&a[i * n..i * n + n], &a[(i + 1) * n..(i + 1) * n + n]);
-                for k in 0..n {
-                    let (x0, x1) = (ra[k], rb[k]);
-                    let brow: &[f32; W] = b[k * n + j0..k * n + j0 + W].try_into().unwrap();
-                    for j in 0..W {
-                        acc0[j] = F::fma(x0, brow[j], acc0[j]);
-                        acc1[j] = F::fma(x1, brow[j], acc1[j]);
-                    }
-                }
-                c[i * n + j0..i * n + j0 + W].copy_from_slice(&acc0);
-                c[(i + 1) * n + j0..(i + 1) * n + j0 + W].copy_from_slice(&acc1);
-                i += 2;
+fn tile<F: Fma, const R: usize, const W: usize>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    n: usize,
+    (i0, j0): (usize, usize),
+    accumulate: bool,
+) {
+    let mut acc = [[0f32; W]; R];
+    if accumulate {
+        for (r, row) in acc.iter_mut().enumerate() {
+            row.copy_from_slice(&c[(i0 + r) * n + j0..(i0 + r) * n + j0 + W]);
+        }
+    }
+    // Rows of A as slices of length n, so that indexing by k < n needs no bounds check.
+    let rows: [&[f32]; R] = std::array::from_fn(|r| &a[(i0 + r) * n..(i0 + r) * n + n]);
+    for (k, strip) in b.chunks_exact(n).take(n).enumerate() {
+        let strip: &[f32; W] = strip[j0..j0 + W].try_into().unwrap();
+        for (row, a_row) in acc.iter_mut().zip(&rows) {
+            let x = a_row[k];
+            for j in 0..W {
+                row[j] = F::fma(x, strip[j], row[j]);
             }
         }
-        // Remaining rows, and column tails narrower than W.
-        while i < n {
-            let mut acc = [0f32; W];
-            if accumulate {
-                acc[..w].copy_from_slice(&c[i * n + j0..i * n + j0 + w]);
-            }
-            for k in 0..n {
-                let x = a[i * n + k];
-                let brow = &b[k * n + j0..k * n + j0 + w];
-                for (acc_j, &b_j) in acc[..w].iter_mut().zip(brow) {
-                    *acc_j = F::fma(x, b_j, *acc_j);
-                }
-            }
-            c[i * n + j0..i * n + j0 + w].copy_from_slice(&acc[..w]);
-            i += 1;
+    }
+    for (r, row) in acc.iter().enumerate() {
+        c[(i0 + r) * n + j0..(i0 + r) * n + j0 + W].copy_from_slice(row);
+    }
+}
+
+/// C (+)= A B for row-major n x n matrices, in R x W register tiles, then narrower tiles and
+/// single columns for the edges.
+#[inline(always)]
+fn matmul_body<F: Fma, const R: usize, const W: usize>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    n: usize,
+    accumulate: bool,
+) {
+    let mut j0 = 0;
+    while j0 + W <= n {
+        let mut i0 = 0;
+        while i0 + R <= n {
+            tile::<F, R, W>(a, b, c, n, (i0, j0), accumulate);
+            i0 += R;
+        }
+        while i0 < n {
+            tile::<F, 1, W>(a, b, c, n, (i0, j0), accumulate);
+            i0 += 1;
         }
         j0 += W;
+    }
+    while j0 + 8 <= n {
+        for i0 in 0..n {
+            tile::<F, 1, 8>(a, b, c, n, (i0, j0), accumulate);
+        }
+        j0 += 8;
+    }
+    for j in j0..n {
+        for i in 0..n {
+            let mut s = if accumulate { c[i * n + j] } else { 0.0 };
+            for k in 0..n {
+                s = F::fma(a[i * n + k], b[k * n + j], s);
+            }
+            c[i * n + j] = s;
+        }
     }
 }
 
@@ -105,17 +126,93 @@ fn matvec_body<F: Fma>(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
     }
 }
 
+/// LU with partial pivoting in place (see [`lu_factor`]).
+#[inline(always)]
+fn lu_factor_body<F: Fma>(a: &mut [f32], perm: &mut [usize], n: usize) {
+    for (i, p) in perm.iter_mut().enumerate().take(n) {
+        *p = i;
+    }
+    for k in 0..n {
+        let mut piv = k;
+        let mut best = a[k * n + k].abs();
+        for i in k + 1..n {
+            let v = a[i * n + k].abs();
+            if v > best {
+                best = v;
+                piv = i;
+            }
+        }
+        if piv != k {
+            for j in 0..n {
+                a.swap(k * n + j, piv * n + j);
+            }
+            perm.swap(k, piv);
+        }
+        let inv = 1.0 / a[k * n + k];
+        let (top, rest) = a.split_at_mut((k + 1) * n);
+        let pivot_row = &top[k * n + k + 1..k * n + n];
+        for row in rest.chunks_exact_mut(n) {
+            let l = row[k] * inv;
+            row[k] = l;
+            if l != 0.0 {
+                axpy_body::<F>(-l, pivot_row, &mut row[k + 1..n]);
+            }
+        }
+    }
+}
+
+/// Solve with the LU factors (see [`lu_solve`]).
+#[inline(always)]
+fn lu_solve_body<F: Fma>(lu: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
+    for (i, &p) in perm.iter().enumerate().take(n) {
+        tmp[i * n..i * n + n].copy_from_slice(&b[p * n..p * n + n]);
+    }
+    for i in 1..n {
+        let (done, row) = tmp.split_at_mut(i * n);
+        let row = &mut row[..n];
+        for k in 0..i {
+            let l = lu[i * n + k];
+            if l != 0.0 {
+                axpy_body::<F>(-l, &done[k * n..k * n + n], row);
+            }
+        }
+    }
+    for i in (0..n).rev() {
+        let (head, tail) = tmp.split_at_mut((i + 1) * n);
+        let row = &mut head[i * n..i * n + n];
+        for k in i + 1..n {
+            let u = lu[i * n + k];
+            if u != 0.0 {
+                axpy_body::<F>(-u, &tail[(k - i - 1) * n..(k - i - 1) * n + n], row);
+            }
+        }
+        let inv = 1.0 / lu[i * n + i];
+        for x in row.iter_mut() {
+            *x *= inv;
+        }
+    }
+    b[..n * n].copy_from_slice(&tmp[..n * n]);
+}
+
 macro_rules! instantiate {
-    ($name:ident, $fma:ty, $($feature:literal),*) => {
+    ($name:ident, $fma:ty, $rows:literal, $width:literal, $($feature:literal),*) => {
         mod $name {
             use super::*;
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, acc: bool) {
-                matmul_body::<$fma>(a, b, c, n, acc)
+                matmul_body::<$fma, $rows, $width>(a, b, c, n, acc)
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
                 axpy_body::<$fma>(alpha, x, y)
+            }
+            $(#[target_feature(enable = $feature)])*
+            pub unsafe fn lu_factor(a: &mut [f32], perm: &mut [usize], n: usize) {
+                lu_factor_body::<$fma>(a, perm, n)
+            }
+            $(#[target_feature(enable = $feature)])*
+            pub unsafe fn lu_solve(lu: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
+                lu_solve_body::<$fma>(lu, perm, b, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
@@ -126,10 +223,11 @@ macro_rules! instantiate {
 }
 
 #[cfg(target_arch = "x86_64")]
-instantiate!(avx512, Fused, "avx512f", "avx2", "fma");
+// Tiles: 6 x 32 (12 of 32 zmm), 6 x 16 (12 of 16 ymm), 4 x 8 (8 of 16 xmm).
+instantiate!(avx512, Fused, 6, 32, "avx512f", "avx2", "fma");
 #[cfg(target_arch = "x86_64")]
-instantiate!(avx2, Fused, "avx2", "fma");
-instantiate!(portable, Unfused,);
+instantiate!(avx2, Fused, 6, 16, "avx2", "fma");
+instantiate!(portable, Unfused, 4, 8,);
 
 /// The instruction set the kernels use on this CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +289,19 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
 /// y = A x, row-major n x n.
 pub fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
     dispatch!(matvec(a, x, y, n))
+}
+
+/// Factors `a` (row-major n x n) in place into L (unit lower, below the diagonal) and U with
+/// partial pivoting; `perm[i]` is the original row of row i. A zero or NaN pivot leaves Inf/NaN in
+/// the factors (the solve then returns non-finite values), never a panic.
+pub fn lu_factor(a: &mut [f32], perm: &mut [usize], n: usize) {
+    dispatch!(lu_factor(a, perm, n))
+}
+
+/// Solves A X = B from the factors of [`lu_factor`]; `b` (n x n) is overwritten by X, `tmp` is
+/// n x n scratch.
+pub fn lu_solve(lu: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
+    dispatch!(lu_solve(lu, perm, b, tmp, n))
 }
 
 /// Transpose of a row-major n x n matrix.
