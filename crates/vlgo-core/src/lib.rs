@@ -18,7 +18,27 @@
 //!
 //! Backends: the cargo features `ndarray` (default), `flex`, `wgpu` and `cuda` implement
 //! [`ExpmBackend`] for the matching Burn backends; `Autodiff` over any of them gets the
-//! exponential's own backward.
+//! exponential's own backward. On `ndarray` and `flex`, f32 exponentials run on the cache-resident
+//! CPU kernel of [`cpu`]; everywhere else on the tensor-op implementation
+//! ([`expm::tensor_ops`]).
+//!
+//! # Choices where the design notes are silent
+//!
+//! * f16 / bf16 are promoted to f32 and rounded once on output; f64 computes in f64 with Padé
+//!   degrees up to 13 (the oracle), and `expmv` on f64 forms exp(A) (its Taylor loop is tuned for
+//!   f32 and carries m <= 24).
+//! * `expmv`: m_max = 18 by default (accuracy against cancellation), 1..=24 allowed; a zero matrix
+//!   uses degree 1 so its gradient is exact.
+//! * A matrix holding NaN or Inf gives an all-NaN output and gradient; the rest of the batch is
+//!   unaffected, on every backend.
+//! * Both threshold variants need zeta finite and >= 0; zeta = 0 gives plain Laplace samples.
+//! * The KL clamps log-scales at -80 only inside its exponentials, which are the terms that would
+//!   overflow f32; elsewhere it uses the log-scales as they are.
+//! * The stable initialisation needs an even block size for every form (dense: even d).
+//! * Best-of-J evaluates candidates one at a time through `expmv` with frozen operators and a
+//!   running minimum, so memory does not grow with J.
+//! * The backward methods of [`ExpmBackend`] are plain tensor code on `Autodiff`, so they are
+//!   recorded themselves (no hand-written second-order rule).
 
 pub mod best_of_j;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
