@@ -90,7 +90,7 @@ impl LieOperatorsConfig {
         let (blocks, b) = match self.form {
             OperatorForm::Dense => (1, self.dim),
             OperatorForm::BlockDiagonal(b) => {
-                if b == 0 || self.dim % b != 0 {
+                if b == 0 || !self.dim.is_multiple_of(b) {
                     return Err(VlgoError::invalid(
                         "block_size (b)",
                         format!("{b} for d = {}", self.dim),

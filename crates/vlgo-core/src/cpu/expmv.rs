@@ -66,6 +66,7 @@ fn scaled(a: &[f32], n: usize, mu: f32, s: u64) -> Vec<f32> {
 }
 
 /// One outer step from b: returns F and the number of terms used.
+#[allow(clippy::too_many_arguments)]
 fn taylor_step(
     sa: &[f32],
     b: &[f32],

@@ -6,6 +6,9 @@
 //! table would need m up to 55, which this f32-tuned loop does not carry, and the f64 explicit
 //! exponential is the accurate oracle anyway.
 
+// Burn's `slice` takes an array of ranges; a one-range array slices the batch dimension.
+#![allow(clippy::single_range_in_vec_init)]
+
 use burn::prelude::*;
 
 use super::ExpmvConfig;
@@ -207,7 +210,7 @@ pub(crate) fn expmv_forward<B: Backend>(
             None => fallback.push(i),
         }
     }
-    taylor.sort_by(|x, y| y.2.cmp(&x.2));
+    taylor.sort_by_key(|t| std::cmp::Reverse(t.2));
     let n_taylor = taylor.len();
     let mut order: Vec<usize> = taylor.iter().map(|t| t.0).collect();
     order.extend_from_slice(&fallback);

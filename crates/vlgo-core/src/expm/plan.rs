@@ -4,6 +4,9 @@
 //! reordered so that every degree group and every squaring step is a contiguous range. That keeps
 //! per-matrix degree and scaling without a host synchronisation per matrix.
 
+// Constants are written as their sources publish them.
+#![allow(clippy::excessive_precision)]
+
 use super::ExpmMethod;
 
 /// Working precision of the explicit exponential, which fixes the degree table.

@@ -6,6 +6,9 @@
 //! r_m = (V - U)^{-1} (V + U). Taylor: Bader, Blanes and Casas 2019, degrees 1, 2, 4, 8, 12, 18
 //! (degree 18 in 5 products), producing T directly.
 
+// Constants are written as their sources publish them.
+#![allow(clippy::excessive_precision)]
+
 use burn::prelude::*;
 
 /// One instruction: its result is appended to the list of values (value 0 is the scaled input X).
