@@ -114,11 +114,12 @@ fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
 /// (and, for Padé, Q = V - U in q). Returns (program, s).
 fn approximant(
     a: &[f32],
+    norm: f64,
     n: usize,
     method: ExpmMethod,
     ws: &mut Workspace,
 ) -> (&'static Program, u32) {
-    let (degree, s) = choose(one_norm(a, n), method, Precision::Single);
+    let (degree, s) = choose(norm, method, Precision::Single);
     let program = program(method, degree);
     ws.prepare(n, program.steps.len() + 1);
     let scale = (-(s as f64)).exp2() as f32;
@@ -144,11 +145,12 @@ fn approximant(
 
 /// exp(A) of one row-major n x n f32 matrix into `out`. Non-finite input gives NaN.
 pub fn forward(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod, ws: &mut Workspace) {
-    if one_norm(a, n).is_nan() {
+    let norm = one_norm(a, n);
+    if norm.is_nan() {
         out.fill(f32::NAN);
         return;
     }
-    let (_, s) = approximant(a, n, method, ws);
+    let (_, s) = approximant(a, norm, n, method, ws);
     out.copy_from_slice(&ws.r0);
     for _ in 0..s {
         matmul(out, out, &mut ws.t2, n, false);
@@ -176,12 +178,13 @@ pub fn backward(
     method: ExpmMethod,
     ws: &mut Workspace,
 ) {
-    if one_norm(a, n).is_nan() {
+    let norm = one_norm(a, n);
+    if norm.is_nan() {
         abar.fill(f32::NAN);
         return;
     }
     let nn = n * n;
-    let (program, s) = approximant(a, n, method, ws);
+    let (program, s) = approximant(a, norm, n, method, ws);
     // Forward squarings, keeping each input.
     ensure(&mut ws.squares, s as usize, nn);
     ws.t3.copy_from_slice(&ws.r0);

@@ -10,7 +10,7 @@ use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::FloatTensor;
 
 use super::expmv::{self, ExpmvCheckpoints};
-use super::{ExpmMethod, ExpmvConfig, dense};
+use super::{ExpmMethod, ExpmvConfig, tensor_ops};
 
 fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
@@ -28,7 +28,7 @@ fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
 pub trait ExpmBackend: Backend {
     /// exp(A) for A [N, n, n] in A's dtype.
     fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
-        unwrap(dense::expm_forward::<Self>(wrap(a), method))
+        unwrap(tensor_ops::expm::<Self>(wrap(a), method))
     }
 
     /// The adjoint of A given the adjoint `grad` of exp(A).
@@ -37,9 +37,11 @@ pub trait ExpmBackend: Backend {
         grad: FloatTensor<Self>,
         method: ExpmMethod,
     ) -> FloatTensor<Self> {
-        let a: Tensor<Self, 3> = wrap(a);
-        let plan = dense::plan(&a, method);
-        unwrap(dense::expm_backward(a, wrap(grad), &plan))
+        unwrap(tensor_ops::expm_backward::<Self>(
+            wrap(a),
+            wrap(grad),
+            method,
+        ))
     }
 
     /// exp(A) v for A [N, n, n], v [N, n].
@@ -78,7 +80,7 @@ macro_rules! cpu_kernel_methods {
             unwrap(if crate::cpu::accepts(&a) {
                 crate::cpu::expm_batch(a, method)
             } else {
-                dense::expm_forward(a, method)
+                tensor_ops::expm(a, method)
             })
         }
 
@@ -91,8 +93,7 @@ macro_rules! cpu_kernel_methods {
             unwrap(if crate::cpu::accepts(&a) {
                 crate::cpu::expm_backward_batch(a, wrap(grad), method)
             } else {
-                let plan = dense::plan(&a, method);
-                dense::expm_backward(a, wrap(grad), &plan)
+                tensor_ops::expm_backward(a, wrap(grad), method)
             })
         }
 

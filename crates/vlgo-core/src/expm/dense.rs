@@ -184,6 +184,17 @@ fn unsort<B: Backend, const D: usize>(t: Tensor<B, D>, plan: &ExpmPlan) -> Tenso
     }
 }
 
+/// Undoes [`reorder`] by `order`: `out[order[k]] = t[k]`.
+pub(crate) fn unsort_by<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    order: &[usize],
+) -> Tensor<B, D> {
+    if order.iter().enumerate().all(|(k, &i)| k == i) {
+        return t;
+    }
+    reorder(t, &super::plan::inverse_permutation(order))
+}
+
 /// exp(A) for a batch [N, n, n] in A's dtype (f32 or f64), with a precomputed plan.
 pub(crate) fn expm_planned<B: Backend>(a: Tensor<B, 3>, plan: &ExpmPlan) -> Tensor<B, 3> {
     if a.dims()[0] == 0 {

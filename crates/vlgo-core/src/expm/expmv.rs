@@ -294,7 +294,7 @@ pub(crate) fn expmv_forward<B: Backend>(
     }
     let y = Tensor::cat(outputs, 0);
     (
-        dense::poison(unsort(y, &plan.order), &plan.non_finite),
+        dense::poison(dense::unsort_by(y, &plan.order), &plan.non_finite),
         saved,
     )
 }
@@ -329,17 +329,6 @@ fn taylor_step<B: Backend>(
         }
     }
     (f, used, used_max)
-}
-
-fn unsort<B: Backend, const D: usize>(t: Tensor<B, D>, order: &[usize]) -> Tensor<B, D> {
-    if order.iter().enumerate().all(|(k, &i)| k == i) {
-        return t;
-    }
-    let mut inverse = vec![0; order.len()];
-    for (k, &i) in order.iter().enumerate() {
-        inverse[i] = k;
-    }
-    reorder(t, &inverse)
 }
 
 /// Adjoint of [`expmv_forward`]: (Abar, vbar) from the output adjoint `grad` [N, n].
@@ -438,8 +427,8 @@ pub(crate) fn expmv_backward<B: Backend>(
     let abar = Tensor::cat(abars, 0);
     let vbar = Tensor::cat(vbars, 0).reshape([plan.order.len(), n]);
     (
-        dense::poison(unsort(abar, &plan.order), &plan.non_finite),
-        dense::poison(unsort(vbar, &plan.order), &plan.non_finite),
+        dense::poison(dense::unsort_by(abar, &plan.order), &plan.non_finite),
+        dense::poison(dense::unsort_by(vbar, &plan.order), &plan.non_finite),
     )
 }
 

@@ -144,11 +144,7 @@ impl ExpmPlan {
 
     /// The inverse permutation: `inverse[i]` is the sorted position of original matrix i.
     pub fn inverse_order(&self) -> Vec<usize> {
-        let mut inv = vec![0; self.order.len()];
-        for (k, &i) in self.order.iter().enumerate() {
-            inv[i] = k;
-        }
-        inv
+        inverse_permutation(&self.order)
     }
 
     /// Number of sorted matrices that still square at step `k` (a prefix of the sorted batch).
@@ -160,6 +156,15 @@ impl ExpmPlan {
     pub fn max_squarings(&self) -> u32 {
         self.squarings.first().copied().unwrap_or(0)
     }
+}
+
+/// `inverse[order[k]] = k`.
+pub(crate) fn inverse_permutation(order: &[usize]) -> Vec<usize> {
+    let mut inverse = vec![0; order.len()];
+    for (k, &i) in order.iter().enumerate() {
+        inverse[i] = k;
+    }
+    inverse
 }
 
 #[cfg(test)]
