@@ -9,6 +9,11 @@ use crate::laplace::{LaplaceParams, Threshold, sample};
 use crate::operators::LieOperators;
 use crate::rng::NoiseStreams;
 
+/// Generator entries (candidates x N x S x b x b) evaluated in one stacked transport: small
+/// problems evaluate all J candidates at once (a few large tensor ops instead of many small
+/// ones), large ones one at a time, so memory stays bounded whatever J is.
+const CANDIDATE_BUDGET: usize = 1 << 22;
+
 /// The selected coefficients and which candidate won per datum.
 #[derive(Debug, Clone)]
 pub struct BestOfJ<B: Backend> {
@@ -26,8 +31,9 @@ pub struct BestOfJ<B: Backend> {
 /// z1, and re-forms only that one with gradient.
 ///
 /// The candidates are evaluated without gradient (detached parameters and features, operators
-/// without grad) and one at a time, keeping a running minimum: memory does not grow with J, and
-/// only the winner enters the autodiff graph. `draws` yields J uniform tensors U(-1/2, 1/2) of
+/// without grad) in chunks stacked along the batch (at most 2^22 generator entries per chunk),
+/// keeping a running minimum: memory does not grow with J, and only the winner enters the
+/// autodiff graph. `draws` yields J uniform tensors U(-1/2, 1/2) of
 /// shape [N, M]; [`best_of_j_seeded`] draws them from host streams.
 pub fn best_of_j<B: ExpmBackend>(
     operators: &LieOperators<B>,
@@ -49,27 +55,49 @@ pub fn best_of_j<B: ExpmBackend>(
     let frozen = operators.clone().no_grad();
     let fixed = params.detach();
     let (z0d, z1d) = (z0.detach(), z1.detach());
+    let draws = draws
+        .into_iter()
+        .map(|u| {
+            if u.dims() != [n, m] {
+                return Err(VlgoError::Shape {
+                    op: "best_of_j",
+                    expected: format!("noise draws [N, M] = [{n}, {m}]"),
+                    got: u.dims().to_vec(),
+                });
+            }
+            Ok(u.detach())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (s, b) = operators.blocks();
+    let chunk = (CANDIDATE_BUDGET / (n * s * b * b).max(1)).max(1);
     let mut best: Option<(Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1>)> = None;
-    for (j, u) in draws.into_iter().enumerate() {
-        if u.dims() != [n, m] {
-            return Err(VlgoError::Shape {
-                op: "best_of_j",
-                expected: format!("noise draws [N, M] = [{n}, {m}]"),
-                got: u.dims().to_vec(),
-            });
-        }
-        let u = u.detach();
-        let c = sample(&fixed, u.clone(), threshold);
-        let err = (frozen.transport(c, z0d.clone())? - z1d.clone())
-            .square()
-            .sum_dim(1)
-            .reshape([n]);
+    for (first, group) in (0..).step_by(chunk).zip(draws.chunks(chunk)) {
+        let k = group.len();
+        let u = Tensor::cat(group.to_vec(), 0);
+        let stacked = LaplaceParams {
+            loc: fixed.loc.clone().repeat_dim(0, k),
+            log_scale: fixed.log_scale.clone().repeat_dim(0, k),
+        };
+        let c = sample(&stacked, u.clone(), threshold);
+        let err = (frozen.transport(c, z0d.clone().repeat_dim(0, k))?
+            - z1d.clone().repeat_dim(0, k))
+        .square()
+        .sum_dim(1)
+        .reshape([k, n]);
+        // Ties go to the earlier candidate, within a chunk (argmin) and across chunks (strict <).
+        let (err, idx) = err.min_dim_with_indices(0);
+        let err = err.reshape([n]);
+        let u = u
+            .reshape([k, n, m])
+            .gather(0, idx.clone().reshape([1, n, 1]).expand([1, n, m]))
+            .reshape([n, m]);
+        let idx = idx.reshape([n]).float() + first as f64;
         best = Some(match best {
-            None => (u, err, Tensor::zeros([n], &z0d.device())),
+            None => (u, err, idx),
             Some((bu, berr, bidx)) => {
                 let better = err.clone().lower(berr.clone());
                 let bu = bu.mask_where(better.clone().unsqueeze_dim::<2>(1).expand([n, m]), u);
-                let bidx = bidx.mask_fill(better.clone(), j as f64);
+                let bidx = bidx.mask_where(better.clone(), idx);
                 (bu, berr.mask_where(better, err), bidx)
             }
         });

@@ -49,6 +49,7 @@ pub mod laplace;
 pub mod loss;
 pub mod operators;
 pub mod rng;
+pub mod sparse_coding;
 #[doc(hidden)]
 pub mod testing;
 
@@ -58,7 +59,10 @@ pub use laplace::{
     laplace_noise, sample, warmup_prior,
 };
 pub use loss::{distance_improvement, manifold_loss};
-pub use operators::{BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, TransportMethod};
+pub use sparse_coding::{FistaConfig, FistaSolution, fista};
+pub use operators::{
+    BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, OperatorInit, TransportMethod,
+};
 pub use rng::NoiseStreams;
 
 pub use error::{Result, VlgoError};

@@ -39,6 +39,22 @@ pub enum TransportMethod {
     Expm,
 }
 
+/// How the generators are initialised.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "init")]
+pub enum OperatorInit {
+    /// Psi[m, s] = r I + w J (`math.md` 1): bounded, cyclic paths at the start. Needs an even
+    /// block size.
+    #[default]
+    Stable,
+    /// Every entry drawn from N(0, std^2): small generic generators, any block size (the
+    /// synthetic experiments, whose 3 x 3 operators cannot pair features into rotations).
+    Normal {
+        /// Standard deviation of the entries, finite and > 0.
+        std: f64,
+    },
+}
+
 /// Configuration of a [`LieOperators`] dictionary.
 #[derive(Config, Debug)]
 pub struct LieOperatorsConfig {
@@ -58,6 +74,10 @@ pub struct LieOperatorsConfig {
     /// Seed of the initialisation draws.
     #[config(default = 0)]
     pub seed: u64,
+    /// Initialisation of the generators (stable by default; `init_alpha` and `init_beta` are its
+    /// widths).
+    #[config(default = "OperatorInit::Stable")]
+    pub init: OperatorInit,
 }
 
 /// The block layout of a validated configuration.
@@ -110,11 +130,21 @@ impl LieOperatorsConfig {
                 (1, b)
             }
         };
-        if b % 2 != 0 {
+        if let OperatorInit::Normal { std } = self.init
+            && !(std > 0.0 && std.is_finite())
+        {
+            return Err(VlgoError::invalid(
+                "init std",
+                std,
+                "must be finite and > 0",
+            ));
+        }
+        if b % 2 != 0 && self.init == OperatorInit::Stable {
             return Err(VlgoError::invalid(
                 "block_size (b)",
                 b,
-                "must be even: the stable initialisation pairs features into 2x2 rotations",
+                "must be even for the stable initialisation (it pairs features into 2x2 rotations); \
+                 use OperatorInit::Normal for odd sizes",
             ));
         }
         for (name, v) in [
@@ -132,7 +162,7 @@ impl LieOperatorsConfig {
         })
     }
 
-    /// Builds the dictionary with the stable initialisation: every Psi[m, s] = r I + w J, with J
+    /// Builds the dictionary. With the stable initialisation every Psi[m, s] = r I + w J, with J
     /// the block diagonal of b/2 copies of [[0, -1], [1, 0]], r ~ U(-alpha/2, alpha/2) and
     /// w ~ U(-beta/2, beta/2) drawn once per (m, s). exp(c Psi) is then
     /// e^{c r}(cos(c w) I + sin(c w) J): bounded, cyclic paths at the start of training.
@@ -141,17 +171,13 @@ impl LieOperatorsConfig {
         let (m, s, b) = (self.num_operators, layout.blocks, layout.block_size);
         let mut rng = NoiseStreams::new(self.seed).generator(0, 0);
         let mut data = vec![0.0f32; m * s * b * b];
-        for block in data.chunks_mut(b * b) {
-            let r = (rng.random::<f64>() - 0.5) * self.init_alpha;
-            let w = (rng.random::<f64>() - 0.5) * self.init_beta;
-            for i in 0..b {
-                block[i * b + i] = r as f32;
+        match self.init {
+            OperatorInit::Normal { std } => {
+                let normal =
+                    rand_distr::Normal::new(0.0, std).expect("std validated finite and > 0");
+                data.iter_mut().for_each(|x| *x = rng.sample(normal) as f32);
             }
-            for k in 0..b / 2 {
-                let (i, j) = (2 * k, 2 * k + 1);
-                block[i * b + j] = -w as f32;
-                block[j * b + i] = w as f32;
-            }
+            OperatorInit::Stable => stable_blocks(&mut data, b, self, &mut rng),
         }
         let psi = Tensor::<B, 1>::from_floats(data.as_slice(), device).reshape([m, s, b, b]);
         Ok(LieOperators {
@@ -159,6 +185,22 @@ impl LieOperatorsConfig {
             form: self.form,
             dim: self.dim,
         })
+    }
+}
+
+/// Fills `data` ([.., b, b] blocks) with r I + w J per block.
+fn stable_blocks(data: &mut [f32], b: usize, config: &LieOperatorsConfig, rng: &mut impl Rng) {
+    for block in data.chunks_mut(b * b) {
+        let r = (rng.random::<f64>() - 0.5) * config.init_alpha;
+        let w = (rng.random::<f64>() - 0.5) * config.init_beta;
+        for i in 0..b {
+            block[i * b + i] = r as f32;
+        }
+        for k in 0..b / 2 {
+            let (i, j) = (2 * k, 2 * k + 1);
+            block[i * b + j] = -w as f32;
+            block[j * b + i] = w as f32;
+        }
     }
 }
 

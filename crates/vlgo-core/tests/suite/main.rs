@@ -8,3 +8,4 @@ mod expm_gradients;
 mod expmv;
 mod laplace;
 mod operators;
+mod sparse_coding;

@@ -1,0 +1,60 @@
+//! FISTA against problems with a closed-form optimum.
+
+use burn::module::Param;
+use burn::prelude::*;
+use vlgo_core::{FistaConfig, LieOperators, OperatorForm, fista};
+
+use crate::common::{AD, to_f64};
+
+/// One generator, the 2-D rotation J: T(c) = R(c). For z0 = (r, 0) and z1 = R(theta) z0 the
+/// objective is 2 r^2 (1 - cos(c - theta)) + l1 |c|, minimised by
+/// c* = sign(theta) max(|theta| - asin(l1 / (2 r^2)), 0).
+#[test]
+fn fista_reaches_the_closed_form_optimum_of_a_one_operator_problem() {
+    let device = Default::default();
+    let psi = Tensor::<AD, 1>::from_floats([0.0, -1.0, 1.0, 0.0], &device).reshape([1, 1, 2, 2]);
+    let ops = LieOperators {
+        psi: Param::from_tensor(psi),
+        form: OperatorForm::Dense,
+        dim: 2,
+    };
+    let l1 = 0.6;
+    let cases = [(1.0, 0.8), (1.5, -0.5), (2.0, 1.2), (1.0, 0.2), (1.2, -0.1)];
+    let mut z0 = Vec::new();
+    let mut z1 = Vec::new();
+    let mut expected = Vec::new();
+    for (r, theta) in cases {
+        z0.extend([r as f32, 0.0]);
+        z1.extend([(r * f64::cos(theta)) as f32, (r * f64::sin(theta)) as f32]);
+        let shrink = f64::asin(l1 / (2.0 * r * r));
+        expected.push(f64::signum(theta) * (theta.abs() - shrink).max(0.0));
+    }
+    let n = cases.len();
+    let z0 = Tensor::<AD, 1>::from_floats(z0.as_slice(), &device).reshape([n, 2]);
+    let z1 = Tensor::<AD, 1>::from_floats(z1.as_slice(), &device).reshape([n, 2]);
+    let solution = fista(&ops, z0, z1, &FistaConfig::new().with_l1(l1)).unwrap();
+    assert!(solution.converged, "{} iterations", solution.iterations);
+    assert!(solution.iterations > 2);
+    let got = to_f64(solution.coefficients);
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert!((g - e).abs() < 2e-3, "datum {i}: got {g}, closed form {e}");
+    }
+    // The two small rotations are not worth their l1 cost: exactly zero.
+    assert_eq!(got[3], 0.0);
+    assert_eq!(got[4], 0.0);
+}
+
+#[test]
+fn fista_rejects_bad_settings_and_shapes() {
+    let device = Default::default();
+    let ops = vlgo_core::LieOperatorsConfig::new(2, 4)
+        .init::<AD>(&device)
+        .unwrap();
+    let z = Tensor::<AD, 2>::ones([3, 4], &device);
+    let e = fista(&ops, z.clone(), z.clone(), &FistaConfig::new().with_tolerance(f64::NAN))
+        .unwrap_err();
+    assert!(e.to_string().contains("tolerance"), "{e}");
+    let e = fista(&ops, z.clone(), Tensor::ones([2, 4], &device), &FistaConfig::new())
+        .unwrap_err();
+    assert!(e.to_string().contains("[3, 4]"), "{e}");
+}
