@@ -59,11 +59,11 @@ pub use laplace::{
     laplace_noise, sample, warmup_prior,
 };
 pub use loss::{distance_improvement, manifold_loss};
-pub use sparse_coding::{FistaConfig, FistaSolution, fista};
 pub use operators::{
     BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, OperatorInit, TransportMethod,
 };
 pub use rng::NoiseStreams;
+pub use sparse_coding::{FistaConfig, FistaSolution, fista};
 
 pub use error::{Result, VlgoError};
 pub use expm::{

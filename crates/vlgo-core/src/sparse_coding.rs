@@ -51,7 +51,12 @@ impl FistaConfig {
     /// ```
     pub fn validate(&self) -> VlgoResult<()> {
         let checks = [
-            ("fista l1", self.l1, self.l1 >= 0.0, "must be finite and >= 0"),
+            (
+                "fista l1",
+                self.l1,
+                self.l1 >= 0.0,
+                "must be finite and >= 0",
+            ),
             (
                 "fista tolerance",
                 self.tolerance,
@@ -193,7 +198,12 @@ where
             lipschitz = lipschitz.mask_where(fails, raised);
         }
 
-        let change = (p.clone() - c.clone()).square().sum().sqrt().into_scalar().to_f64();
+        let change = (p.clone() - c.clone())
+            .square()
+            .sum()
+            .sqrt()
+            .into_scalar()
+            .to_f64();
         let size = c.clone().square().sum().sqrt().into_scalar().to_f64();
         let t_next = (1.0 + (1.0 + 4.0 * t * t).sqrt()) / 2.0;
         y = p.clone() + (p.clone() - c) * ((t - 1.0) / t_next);

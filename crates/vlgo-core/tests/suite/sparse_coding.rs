@@ -51,10 +51,20 @@ fn fista_rejects_bad_settings_and_shapes() {
         .init::<AD>(&device)
         .unwrap();
     let z = Tensor::<AD, 2>::ones([3, 4], &device);
-    let e = fista(&ops, z.clone(), z.clone(), &FistaConfig::new().with_tolerance(f64::NAN))
-        .unwrap_err();
+    let e = fista(
+        &ops,
+        z.clone(),
+        z.clone(),
+        &FistaConfig::new().with_tolerance(f64::NAN),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("tolerance"), "{e}");
-    let e = fista(&ops, z.clone(), Tensor::ones([2, 4], &device), &FistaConfig::new())
-        .unwrap_err();
+    let e = fista(
+        &ops,
+        z.clone(),
+        Tensor::ones([2, 4], &device),
+        &FistaConfig::new(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("[3, 4]"), "{e}");
 }
