@@ -1,27 +1,186 @@
-//! The `vlgo` program as a user meets it: help, and a clear error with a non-zero exit for a
-//! command it does not know (never a panic).
+//! The `vlgo` program as a user meets it: help, a short swiss-roll run end to end, and clear
+//! errors with a non-zero exit for bad arguments (never a panic).
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
-fn vlgo(args: &[&str]) -> std::process::Output {
+use serde_json::Value;
+
+fn vlgo(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vlgo"))
         .args(args)
         .output()
         .expect("the vlgo binary runs")
 }
 
+fn rejected(args: &[&str], needles: &[&str]) {
+    let out = vlgo(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for needle in needles {
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn help_prints_usage() {
     let out = vlgo(&["--help"]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("usage: vlgo"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("usage: vlgo") && text.contains("swiss-roll"),
+        "{text}"
+    );
 }
 
 #[test]
-fn unknown_command_is_a_clear_error() {
-    let out = vlgo(&["frobnicate"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unknown command \"frobnicate\""), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+fn bad_arguments_are_clear_errors() {
+    rejected(&["frobnicate"], &["command", "\"frobnicate\""]);
+    rejected(
+        &["swiss-roll", "--methods", "fista,sgd_j3"],
+        &["method", "sgd_j3", "laplace_j<J>"],
+    );
+    rejected(
+        &["swiss-roll", "--k1", "40", "--k2", "30"],
+        &["k1..k2", "40..30"],
+    );
+    rejected(
+        &["swiss-roll", "--points", "50"],
+        &["points", "50", "k2 = 60"],
+    );
+    rejected(
+        &["swiss-roll", "--seed", "minus-one"],
+        &["--seed", "minus-one"],
+    );
+    rejected(&["swiss-roll", "--set", "zeta=-1"], &["zeta", "-1"]);
+    rejected(&["swiss-roll", "--out"], &["--out", "expected a value"]);
+}
+
+fn summary_figures(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json written");
+    let mut summary: Value = serde_json::from_str(&text).expect("summary.json parses");
+    for method in summary["methods"].as_object_mut().unwrap().values_mut() {
+        let m = method.as_object_mut().unwrap();
+        // Timings differ between runs; everything else must not.
+        m.remove("train_seconds");
+        m.remove("speedup_vs_fista");
+    }
+    summary
+}
+
+fn short_run(out: &Path, seed: &str) -> Output {
+    vlgo(&[
+        "swiss-roll",
+        "--points",
+        "400",
+        "--k1",
+        "5",
+        "--k2",
+        "15",
+        "--epochs",
+        "6",
+        "--seed",
+        seed,
+        "--methods",
+        "fista,laplace_j1,thresholded_j3",
+        "--set",
+        "batch_size=100",
+        "--set",
+        "fista_max_iterations=30",
+        "--set",
+        "encoder_lr=3e-3",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn a_short_swiss_roll_run_writes_its_folder_and_learns() {
+    let root = std::env::temp_dir().join(format!("vlgo-cli-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (first, second) = (root.join("a"), root.join("b"));
+    let out = short_run(&first, "3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in ["config.toml", "metrics.jsonl", "summary.json"]
+        .iter()
+        .chain(&[
+            "plots/mse.png",
+            "plots/runtime.png",
+            "plots/l1.png",
+            "plots/paths.png",
+        ])
+    {
+        let len = std::fs::metadata(first.join(file))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(len > 0, "{file} missing or empty");
+    }
+    let summary = summary_figures(&first);
+    let raw: Value =
+        serde_json::from_str(&std::fs::read_to_string(first.join("summary.json")).unwrap())
+            .unwrap();
+    for name in ["fista", "laplace_j1", "thresholded_j3"] {
+        let m = &raw["methods"][name];
+        for key in ["final_mse", "final_l1", "train_seconds", "speedup_vs_fista"] {
+            let v = m[key].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite() && v >= 0.0, "{name}.{key} = {v}");
+        }
+        assert!(
+            m["nonzero_operators"]
+                .as_u64()
+                .is_some_and(|n| (1..=6).contains(&n))
+        );
+    }
+    assert!(
+        raw["methods"]["fista"]["mean_fista_iterations"]
+            .as_f64()
+            .unwrap()
+            >= 1.0
+    );
+    assert!(
+        raw["methods"]["laplace_j1"]
+            .get("mean_fista_iterations")
+            .is_none()
+    );
+
+    // The error falls over training, for every method.
+    let lines: Vec<Value> = std::fs::read_to_string(first.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3 * 6);
+    for name in ["fista", "laplace_j1", "thresholded_j3"] {
+        let mse: Vec<f64> = lines
+            .iter()
+            .filter(|l| l["method"] == name)
+            .map(|l| l["mse"].as_f64().unwrap())
+            .collect();
+        assert!(mse[5] < mse[0], "{name}: {mse:?}");
+    }
+
+    // Same seed, same figures; a run never overwrites another.
+    let out = short_run(&second, "3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary, summary_figures(&second));
+    rejected(
+        &[
+            "swiss-roll",
+            "--epochs",
+            "1",
+            "--out",
+            first.to_str().unwrap(),
+        ],
+        &["--out", "never overwrites"],
+    );
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -61,12 +61,13 @@ pub use laplace::{
 pub use loss::{distance_improvement, manifold_loss};
 pub use operators::{
     BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, OperatorInit, TransportMethod,
+    TransportPullback,
 };
 pub use rng::NoiseStreams;
 pub use sparse_coding::{FistaConfig, FistaSolution, fista};
 
 pub use error::{Result, VlgoError};
 pub use expm::{
-    ExpmBackend, ExpmConfig, ExpmMethod, ExpmvConfig, expm, expm_with, expmv, expmv_with, try_expm,
-    try_expm_nd, try_expmv,
+    ExpmBackend, ExpmConfig, ExpmMethod, ExpmvConfig, ExpmvPullback, expm, expm_with, expmv,
+    expmv_pullback, expmv_with, try_expm, try_expm_nd, try_expmv,
 };

@@ -60,7 +60,11 @@ impl VlgoConfig {
             ));
         }
         if !(self.beta >= 0.0 && self.beta.is_finite()) {
-            return Err(VlgoError::invalid("beta", self.beta, "must be finite and >= 0"));
+            return Err(VlgoError::invalid(
+                "beta",
+                self.beta,
+                "must be finite and >= 0",
+            ));
         }
         Ok(())
     }
@@ -71,7 +75,8 @@ impl VlgoConfig {
             .with_prior(self.fixed_prior)
     }
 
-    /// Builds the model.
+    /// Builds the model. The operators draw from their own seed; the encoder and prior layers
+    /// from the backend's generator, so call `B::seed` first for a reproducible model.
     pub fn init<B: Backend>(&self, device: &B::Device) -> VlgoResult<Vlgo<B>> {
         self.validate()?;
         let prior = match self.learned_prior {

@@ -44,6 +44,8 @@ pub struct Workspace {
     t2: Vec<f32>,
     t3: Vec<f32>,
     perm: Vec<usize>,
+    /// Vectors of the exponential-times-vector kernel.
+    pub(super) vectors: super::expmv::Vectors,
 }
 
 fn ensure(buffers: &mut Vec<Vec<f32>>, count: usize, len: usize) {

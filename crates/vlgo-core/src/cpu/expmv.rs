@@ -4,6 +4,7 @@
 
 use super::expm::{self as dense, Workspace, one_norm};
 use super::simd::{axpy, matvec};
+use super::small;
 use crate::expm::expmv::taylor_steps;
 use crate::expm::plan::{Precision, choose};
 use crate::expm::{ExpmMethod, ExpmvConfig};
@@ -39,9 +40,13 @@ fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
         .fold(0.0, f64::max);
     match taylor_steps(shifted_norm, config.m_max) {
         Some((m, s)) => {
-            let (_, squarings) = choose(norm, ExpmMethod::Pade, Precision::Single);
-            let dense_cost = (16.0 / 3.0 + squarings as f64) * n as f64;
-            if config.fallback && (m as f64) * (s as f64) > dense_cost {
+            let products = (m as f64) * (s as f64);
+            // The dense cost is at least 16 n / 3 products: only then is the plan worth reading.
+            let dense_cost = || {
+                let (_, squarings) = choose(norm, ExpmMethod::Pade, Precision::Single);
+                (16.0 / 3.0 + squarings as f64) * n as f64
+            };
+            if config.fallback && products > 16.0 / 3.0 * n as f64 && products > dense_cost() {
                 Route::Dense
             } else {
                 Route::Taylor { m, s, mu }
@@ -51,18 +56,41 @@ fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
     }
 }
 
-fn inf_norm(x: &[f32]) -> f32 {
-    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+/// Per-thread vectors of the Taylor loop, reused across matrices.
+#[derive(Default)]
+pub struct Vectors {
+    sa: Vec<f32>,
+    b: Vec<f32>,
+    f: Vec<f32>,
+    w: Vec<f32>,
+    tmp: Vec<f32>,
+    inputs: Vec<f32>,
+    used: Vec<usize>,
+    powers: Vec<f32>,
+    bbar: Vec<f32>,
+    fbar: Vec<f32>,
+    acc: Vec<f32>,
+    next: Vec<f32>,
 }
 
-/// (A - mu I) / s.
-fn scaled(a: &[f32], n: usize, mu: f32, s: u64) -> Vec<f32> {
-    let inv = 1.0 / s as f32;
-    let mut out: Vec<f32> = a.iter().map(|x| x * inv).collect();
-    for i in 0..n {
-        out[i * n + i] = (a[i * n + i] - mu) * inv;
+impl Vectors {
+    /// (A - mu I) / s into `sa`, v into `b`, zeros into `f`.
+    fn start(&mut self, a: &[f32], v: &[f32], n: usize, mu: f32, s: u64) {
+        let inv = 1.0 / s as f32;
+        self.sa.clear();
+        self.sa.extend(a.iter().map(|x| x * inv));
+        for i in 0..n {
+            self.sa[i * n + i] = (a[i * n + i] - mu) * inv;
+        }
+        self.b.clear();
+        self.b.extend_from_slice(v);
+        self.f.clear();
+        self.f.resize(n, 0.0);
     }
-    out
+}
+
+fn inf_norm(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
 /// One outer step from b: returns F and the number of terms used.
@@ -118,18 +146,35 @@ pub fn forward(
             dense::forward(a, &mut t, n, ExpmMethod::Pade, ws);
             matvec(&t, v, y, n);
         }
+        Route::Taylor { m, s, mu } if n <= small::MAX => {
+            let tol = config.tol as f32;
+            match n {
+                1 => small::forward::<1>(a, v, y, m, s, mu, tol),
+                2 => small::forward::<2>(a, v, y, m, s, mu, tol),
+                3 => small::forward::<3>(a, v, y, m, s, mu, tol),
+                _ => small::forward::<4>(a, v, y, m, s, mu, tol),
+            }
+        }
         Route::Taylor { m, s, mu } => {
-            let sa = scaled(a, n, mu, s);
             let eta = (mu / s as f32).exp();
-            let (mut b, mut f) = (v.to_vec(), vec![0.0; n]);
-            let (mut w, mut tmp) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            let t = &mut ws.vectors;
+            t.start(a, v, n, mu, s);
             for _ in 0..s {
-                taylor_step(&sa, &b, &mut f, &mut w, &mut tmp, m, config.tol as f32, n);
-                for (bk, &fk) in b.iter_mut().zip(&f) {
+                taylor_step(
+                    &t.sa,
+                    &t.b,
+                    &mut t.f,
+                    &mut t.w,
+                    &mut t.tmp,
+                    m,
+                    config.tol as f32,
+                    n,
+                );
+                for (bk, &fk) in t.b.iter_mut().zip(&t.f) {
                     *bk = eta * fk;
                 }
             }
-            y.copy_from_slice(&b);
+            y.copy_from_slice(&t.b);
         }
     }
 }
@@ -166,62 +211,86 @@ pub fn backward(
             }
             dense::backward(a, &tbar, abar, n, ExpmMethod::Pade, ws);
         }
+        Route::Taylor { m, s, mu } if n <= small::MAX => {
+            let tol = config.tol as f32;
+            let t = &mut ws.vectors;
+            let (inputs, used) = (&mut t.inputs, &mut t.used);
+            match n {
+                1 => small::backward::<1>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
+                2 => small::backward::<2>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
+                3 => small::backward::<3>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
+                _ => small::backward::<4>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
+            }
+        }
         Route::Taylor { m, s, mu } => {
-            let sa = scaled(a, n, mu, s);
             let eta = (mu / s as f32).exp();
             let tol = config.tol as f32;
-            let mut inputs = Vec::with_capacity(s as usize);
-            let mut used = Vec::with_capacity(s as usize);
-            let (mut b, mut f) = (v.to_vec(), vec![0.0; n]);
-            let (mut w, mut tmp) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            let t = &mut ws.vectors;
+            t.start(a, v, n, mu, s);
+            t.inputs.clear();
+            t.used.clear();
             for _ in 0..s {
-                inputs.push(b.clone());
-                used.push(taylor_step(&sa, &b, &mut f, &mut w, &mut tmp, m, tol, n));
-                for (bk, &fk) in b.iter_mut().zip(&f) {
+                t.inputs.extend_from_slice(&t.b);
+                let used = taylor_step(&t.sa, &t.b, &mut t.f, &mut t.w, &mut t.tmp, m, tol, n);
+                t.used.push(used);
+                for (bk, &fk) in t.b.iter_mut().zip(&t.f) {
                     *bk = eta * fk;
                 }
             }
             // Adjoint, step by step in reverse. abar here is w.r.t. A' / s.
             abar.fill(0.0);
-            let mut bbar = grad.to_vec();
-            let mut ws_vec: Vec<Vec<f32>> = Vec::new();
-            let mut fbar = vec![0.0; n];
-            let mut acc = vec![0.0; n];
-            let mut next = vec![0.0; n];
-            for (input, &j_max) in inputs.iter().zip(&used).rev() {
-                // w_0 .. w_{J-1}
-                ws_vec.resize(j_max.max(1), Vec::new());
-                ws_vec[0].clear();
-                ws_vec[0].extend_from_slice(input);
+            let Vectors {
+                sa,
+                inputs,
+                used,
+                powers,
+                bbar,
+                fbar,
+                acc,
+                next,
+                ..
+            } = t;
+            bbar.clear();
+            bbar.extend_from_slice(grad);
+            for (k, &j_max) in used.iter().enumerate().rev() {
+                // w_0 .. w_{J-1}, row j at powers[j n..]
+                powers.clear();
+                powers.extend_from_slice(&inputs[k * n..(k + 1) * n]);
+                powers.resize(j_max.max(1) * n, 0.0);
                 for j in 1..j_max {
-                    let (lo, hi) = ws_vec.split_at_mut(j);
-                    hi[0].resize(n, 0.0);
-                    matvec(&sa, &lo[j - 1], &mut hi[0], n);
+                    let (lo, hi) = powers.split_at_mut(j * n);
+                    matvec(sa, &lo[(j - 1) * n..], &mut hi[..n], n);
                     let inv = 1.0 / j as f32;
-                    hi[0].iter_mut().for_each(|x| *x *= inv);
+                    hi[..n].iter_mut().for_each(|x| *x *= inv);
                 }
-                for (fb, &bb) in fbar.iter_mut().zip(&bbar) {
-                    *fb = eta * bb;
-                }
-                acc.copy_from_slice(&fbar);
+                fbar.clear();
+                fbar.extend(bbar.iter().map(|&bb| eta * bb));
+                acc.clear();
+                acc.extend_from_slice(fbar);
+                next.resize(n, 0.0);
                 for j in (1..=j_max).rev() {
                     let inv = 1.0 / j as f32;
                     // abar += (1/j) acc w_{j-1}^T
                     for i in 0..n {
-                        axpy(acc[i] * inv, &ws_vec[j - 1], &mut abar[i * n..i * n + n]);
+                        axpy(
+                            acc[i] * inv,
+                            &powers[(j - 1) * n..j * n],
+                            &mut abar[i * n..i * n + n],
+                        );
                     }
                     // acc = fbar + (1/j) A'^T acc  (A'^T acc as a sum of scaled rows)
-                    next.copy_from_slice(&fbar);
+                    next.copy_from_slice(fbar);
                     for i in 0..n {
-                        axpy(acc[i] * inv, &sa[i * n..i * n + n], &mut next);
+                        axpy(acc[i] * inv, &sa[i * n..i * n + n], next);
                     }
-                    std::mem::swap(&mut acc, &mut next);
+                    std::mem::swap(acc, next);
                 }
-                bbar.copy_from_slice(&acc);
+                bbar.copy_from_slice(acc);
             }
+            let bbar = &t.bbar;
             let inv_s = 1.0 / s as f32;
             abar.iter_mut().for_each(|x| *x *= inv_s);
-            vbar.copy_from_slice(&bbar);
+            vbar.copy_from_slice(bbar);
         }
     }
 }

@@ -11,6 +11,7 @@ pub(crate) mod expm;
 pub(crate) mod expmv;
 pub(crate) mod lu;
 pub mod simd;
+pub(crate) mod small;
 
 use burn::prelude::*;
 use burn::tensor::DType;
@@ -46,6 +47,7 @@ pub(crate) fn expm_batch<B: Backend>(a: Tensor<B, 3>, method: ExpmMethod) -> Ten
     if n > 0 {
         out.par_chunks_mut(n * n)
             .zip(input.par_chunks(n * n))
+            .with_min_len(min_matrices(n))
             .for_each_init(expm::Workspace::default, |ws, (o, a)| {
                 expm::forward(a, o, n, method, ws)
             });
@@ -66,11 +68,19 @@ pub(crate) fn expm_backward_batch<B: Backend>(
     if n > 0 {
         out.par_chunks_mut(n * n)
             .zip(input.par_chunks(n * n).zip(grad.par_chunks(n * n)))
+            .with_min_len(min_matrices(n))
             .for_each_init(expm::Workspace::default, |ws, (o, (a, g))| {
                 expm::backward(a, g, o, n, method, ws)
             });
     }
     device_tensor(out, dims, &device)
+}
+
+/// Matrices per parallel job at least: tiny matrices are grouped so that a job holds about 4096
+/// matrix entries, since scheduling a job and building its workspace cost more than a 3 x 3
+/// product.
+fn min_matrices(n: usize) -> usize {
+    (4096 / (n * n).max(1)).max(1)
 }
 
 /// exp(A) v for a batch: A [N, n, n], v [N, n].
@@ -86,6 +96,7 @@ pub(crate) fn expmv_batch<B: Backend>(
     if n > 0 {
         y.par_chunks_mut(n)
             .zip(a.par_chunks(n * n).zip(v.par_chunks(n)))
+            .with_min_len(min_matrices(n))
             .for_each_init(expm::Workspace::default, |ws, (y, (a, v))| {
                 expmv::forward(a, v, y, n, config, ws)
             });
@@ -116,6 +127,7 @@ pub(crate) fn expmv_backward_batch<B: Backend>(
                 a.par_chunks(n * n)
                     .zip(v.par_chunks(n).zip(g.par_chunks(n))),
             )
+            .with_min_len(min_matrices(n))
             .for_each_init(expm::Workspace::default, |ws, ((ab, vb), (a, (v, g)))| {
                 expmv::backward(a, v, g, ab, vb, n, config, ws)
             });
@@ -169,23 +181,27 @@ mod tests {
     fn expmv_kernel_agrees_with_the_tensor_op_path() {
         let device = Default::default();
         let config = ExpmvConfig::default();
-        for norm in [0.0, 0.3, 4.0, 30.0, 60.0] {
-            let a = batch(5, 10, norm);
-            let v = Tensor::<B, 2>::random([5, 10], Distribution::Normal(0.0, 1.0), &device);
-            let g = Tensor::<B, 2>::random([5, 10], Distribution::Normal(0.0, 1.0), &device);
+        // n <= 4 runs the fixed-size kernel, n = 10 the general one.
+        for (n, norm) in [1, 2, 3, 4, 10]
+            .into_iter()
+            .flat_map(|n| [0.0, 0.3, 4.0, 30.0, 60.0].map(|norm| (n, norm)))
+        {
+            let a = batch(5, n, norm);
+            let v = Tensor::<B, 2>::random([5, n], Distribution::Normal(0.0, 1.0), &device);
+            let g = Tensor::<B, 2>::random([5, n], Distribution::Normal(0.0, 1.0), &device);
             let (want, saved) = crate::expm::expmv::expmv_forward(a.clone(), v.clone(), &config);
             let got = expmv_batch(a.clone(), v.clone(), &config);
-            assert!(rel_frobenius(got, want) < 1e-5, "norm {norm}");
+            assert!(rel_frobenius(got, want) < 1e-5, "n {n} norm {norm}");
             let (wa, wv) =
                 crate::expm::expmv::expmv_backward(a.clone(), v.clone(), g.clone(), &saved);
             let (ga, gv) = expmv_backward_batch(a, v, g, &config);
             assert!(
                 rel_frobenius(ga, wa) < 1e-4 * (1.0 + norm),
-                "norm {norm} dA"
+                "n {n} norm {norm} dA"
             );
             assert!(
                 rel_frobenius(gv, wv) < 1e-4 * (1.0 + norm),
-                "norm {norm} dv"
+                "n {n} norm {norm} dv"
             );
         }
     }

@@ -281,13 +281,26 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
     dispatch!(matmul(a, b, c, n, accumulate))
 }
 
+/// Below this length plain loops beat the dispatch and vector set-up.
+const SMALL: usize = 8;
+
 /// y += alpha x.
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    if x.len() < SMALL {
+        y.iter_mut().zip(x).for_each(|(yi, &xi)| *yi += alpha * xi);
+        return;
+    }
     dispatch!(axpy(alpha, x, y))
 }
 
 /// y = A x, row-major n x n.
 pub fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
+    if n < SMALL {
+        for (yi, row) in y[..n].iter_mut().zip(a.chunks_exact(n)) {
+            *yi = row.iter().zip(x).map(|(r, v)| r * v).sum();
+        }
+        return;
+    }
     dispatch!(matvec(a, x, y, n))
 }
 

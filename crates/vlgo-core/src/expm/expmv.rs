@@ -58,19 +58,37 @@ pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
         // zero instead of ybar v^T.
         return Some((1, 1));
     }
-    let mut best: Option<(usize, u64)> = None;
-    for m in 1..=m_max {
-        let s = (norm / TAYLOR_THETA_F32[m - 1]).ceil();
-        if s > 1e9 {
+    // Costs in f64 (exact for integers below 2^53; q > 1e9 is skipped): this runs once per
+    // matrix and call in the CPU kernel, where it rivals a 3 x 3 exponential.
+    let mut best = (0usize, f64::INFINITY);
+    for (m, inv_theta) in (1..=m_max).zip(INV_THETA_F32) {
+        // Any degree from here on costs at least m products.
+        if m as f64 >= best.1 {
+            break;
+        }
+        let q = norm * inv_theta;
+        if q > 1e9 {
             continue;
         }
-        let s = (s as u64).max(1);
-        if best.is_none_or(|(bm, bs)| (m as u64) * s < (bm as u64) * bs) {
-            best = Some((m, s));
+        let s = (q as u64 as f64 + f64::from(u8::from((q as u64 as f64) < q))).max(1.0);
+        let cost = m as f64 * s;
+        if cost < best.1 {
+            best = (m, cost);
         }
     }
-    best
+    (best.0 > 0).then(|| (best.0, (best.1 / best.0 as f64) as u64))
 }
+
+/// 1 / theta_m, so the search multiplies instead of dividing.
+const INV_THETA_F32: [f64; 24] = {
+    let mut inv = [0.0; 24];
+    let mut i = 0;
+    while i < 24 {
+        inv[i] = 1.0 / TAYLOR_THETA_F32[i];
+        i += 1;
+    }
+    inv
+};
 
 /// Per-matrix choices for a batch. Sorted order: Taylor matrices by steps descending, then the
 /// fallback matrices.

@@ -322,6 +322,87 @@ pub fn expmv_with<B: ExpmBackend>(
     Ok(if y.dtype() == dtype { y } else { y.cast(dtype) })
 }
 
+/// exp(A) v together with its pullback: the adjoints of A and v for any adjoint of the output,
+/// through the same forward and backward an autodiff graph would run, without building one.
+/// For inner loops that need many gradients of a few inputs (sparse inference).
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// let a = Tensor::<NdArray, 3>::zeros([2, 3, 3], &device);
+/// let v = Tensor::<NdArray, 2>::ones([2, 3], &device);
+/// let (y, pullback) = vlgo_core::expmv_pullback(a, v.clone(), &Default::default()).unwrap();
+/// let (abar, vbar) = pullback.apply(y.clone());
+/// assert_eq!(abar.dims(), [2, 3, 3]);
+/// assert!((vbar - v).abs().max().into_scalar() < 1e-6); // exp(0)^T y = v
+/// ```
+pub fn expmv_pullback<B: ExpmBackend>(
+    a: Tensor<B, 3>,
+    v: Tensor<B, 2>,
+    config: &ExpmvConfig,
+) -> Result<(Tensor<B, 2>, ExpmvPullback<B>)> {
+    config.validate()?;
+    let dims = a.dims();
+    check_square("expmv_pullback", dims)?;
+    if v.dims() != [dims[0], dims[1]] {
+        return Err(VlgoError::ShapeMismatch {
+            op: "expmv_pullback",
+            what: "v must be [N, n] for A [N, n, n]",
+            lhs: dims.to_vec(),
+            rhs: v.dims().to_vec(),
+        });
+    }
+    let dtype = a.dtype();
+    let promote_to = compute_dtype("expmv_pullback", dtype)?;
+    let a = promote(a, promote_to);
+    let v = if v.dtype() == a.dtype() {
+        v
+    } else {
+        v.cast(a.dtype())
+    };
+    let (y, saved) = B::expmv_checkpointed(
+        a.clone().into_primitive().tensor(),
+        v.clone().into_primitive().tensor(),
+        *config,
+    );
+    let y = if y.dtype() == dtype { y } else { y.cast(dtype) };
+    Ok((y, ExpmvPullback { a, v, saved, dtype }))
+}
+
+/// The pullback of one [`expmv_pullback`] call.
+pub struct ExpmvPullback<B: ExpmBackend> {
+    a: Tensor<B, 3>,
+    v: Tensor<B, 2>,
+    saved: ExpmvCheckpoints<B>,
+    dtype: DType,
+}
+
+impl<B: ExpmBackend> ExpmvPullback<B> {
+    /// (abar [N, n, n], vbar [N, n]) for the output adjoint `grad` [N, n].
+    pub fn apply(&self, grad: Tensor<B, 2>) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let grad = if grad.dtype() == self.a.dtype() {
+            grad
+        } else {
+            grad.cast(self.a.dtype())
+        };
+        let (abar, vbar) = B::expmv_backward(
+            self.a.clone().into_primitive().tensor(),
+            self.v.clone().into_primitive().tensor(),
+            grad.into_primitive().tensor(),
+            &self.saved,
+        );
+        let abar = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(abar));
+        let vbar = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(vbar));
+        if abar.dtype() == self.dtype {
+            (abar, vbar)
+        } else {
+            (abar.cast(self.dtype), vbar.cast(self.dtype))
+        }
+    }
+}
+
 /// The portable implementation from Burn tensor ops, which every backend without a kernel runs.
 /// Public for comparisons and benchmarks against the kernels; inputs must be valid (square, f32
 /// or f64), as [`ExpmBackend`] receives them.

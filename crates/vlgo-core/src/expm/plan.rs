@@ -87,8 +87,21 @@ pub(crate) fn choose(norm: f64, method: ExpmMethod, precision: Precision) -> (us
     if let Some(&(m, _)) = table.iter().find(|(_, theta)| norm <= *theta) {
         return (m, 0);
     }
-    let s = (norm / theta_max).log2().ceil().max(0.0);
-    (m_max, (s as u32).min(max_scaling(precision)))
+    (
+        m_max,
+        ceil_log2(norm / theta_max).min(max_scaling(precision)),
+    )
+}
+
+/// ceil(log2(x)) for finite x > 1 from the float's bits (0 for x <= 1): no libm call, since the
+/// CPU kernel asks once per matrix.
+fn ceil_log2(x: f64) -> u32 {
+    if x <= 1.0 {
+        return 0;
+    }
+    let bits = x.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as u32 - 1023;
+    exponent + u32::from(bits & ((1u64 << 52) - 1) != 0)
 }
 
 /// The plan for a batch: a permutation that sorts the matrices by (degree, squarings)
@@ -170,6 +183,26 @@ pub(crate) fn inverse_permutation(order: &[usize]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ceil_log2_matches_the_float_formula() {
+        for x in [
+            0.5,
+            1.0,
+            1.0 + 1e-12,
+            1.5,
+            2.0,
+            2.0001,
+            3.0,
+            4.0,
+            1000.0,
+            1024.0,
+            1e300,
+        ] {
+            let expected = f64::log2(x).ceil().max(0.0) as u32;
+            assert_eq!(ceil_log2(x), expected, "x = {x}");
+        }
+    }
 
     #[test]
     fn degrees_follow_the_thetas() {

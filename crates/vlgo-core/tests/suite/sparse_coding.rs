@@ -4,7 +4,7 @@ use burn::module::Param;
 use burn::prelude::*;
 use vlgo_core::{FistaConfig, LieOperators, OperatorForm, fista};
 
-use crate::common::{AD, to_f64};
+use crate::common::{B, to_f64};
 
 /// One generator, the 2-D rotation J: T(c) = R(c). For z0 = (r, 0) and z1 = R(theta) z0 the
 /// objective is 2 r^2 (1 - cos(c - theta)) + l1 |c|, minimised by
@@ -12,7 +12,7 @@ use crate::common::{AD, to_f64};
 #[test]
 fn fista_reaches_the_closed_form_optimum_of_a_one_operator_problem() {
     let device = Default::default();
-    let psi = Tensor::<AD, 1>::from_floats([0.0, -1.0, 1.0, 0.0], &device).reshape([1, 1, 2, 2]);
+    let psi = Tensor::<B, 1>::from_floats([0.0, -1.0, 1.0, 0.0], &device).reshape([1, 1, 2, 2]);
     let ops = LieOperators {
         psi: Param::from_tensor(psi),
         form: OperatorForm::Dense,
@@ -30,8 +30,8 @@ fn fista_reaches_the_closed_form_optimum_of_a_one_operator_problem() {
         expected.push(f64::signum(theta) * (theta.abs() - shrink).max(0.0));
     }
     let n = cases.len();
-    let z0 = Tensor::<AD, 1>::from_floats(z0.as_slice(), &device).reshape([n, 2]);
-    let z1 = Tensor::<AD, 1>::from_floats(z1.as_slice(), &device).reshape([n, 2]);
+    let z0 = Tensor::<B, 1>::from_floats(z0.as_slice(), &device).reshape([n, 2]);
+    let z1 = Tensor::<B, 1>::from_floats(z1.as_slice(), &device).reshape([n, 2]);
     let solution = fista(&ops, z0, z1, &FistaConfig::new().with_l1(l1)).unwrap();
     assert!(solution.converged, "{} iterations", solution.iterations);
     assert!(solution.iterations > 2);
@@ -48,9 +48,9 @@ fn fista_reaches_the_closed_form_optimum_of_a_one_operator_problem() {
 fn fista_rejects_bad_settings_and_shapes() {
     let device = Default::default();
     let ops = vlgo_core::LieOperatorsConfig::new(2, 4)
-        .init::<AD>(&device)
+        .init::<B>(&device)
         .unwrap();
-    let z = Tensor::<AD, 2>::ones([3, 4], &device);
+    let z = Tensor::<B, 2>::ones([3, 4], &device);
     let e = fista(
         &ops,
         z.clone(),

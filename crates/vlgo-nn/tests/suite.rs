@@ -1,0 +1,152 @@
+//! vlgo-nn's integration suite (NdArray by default; `cargo test-flex` and friends elsewhere).
+
+use burn::prelude::*;
+use vlgo_core::testing::{TestAutodiffBackend as AD, TestBackend as B};
+use vlgo_core::{
+    FixedPrior, LieOperatorsConfig, NoiseStreams, OperatorInit, Threshold, ThresholdVariant,
+};
+use vlgo_nn::{CoefficientEncoderConfig, CoefficientPriorConfig, VlgoConfig};
+
+fn max_abs(t: Tensor<B, 2>) -> f32 {
+    t.abs().max().into_scalar().to_f32()
+}
+
+#[test]
+fn encoder_heads_respect_their_clamps_and_the_kl_stays_finite_on_extreme_input() {
+    let device = Default::default();
+    let prior = FixedPrior {
+        shift: 0.05,
+        scale: 0.01,
+    };
+    let encoder = CoefficientEncoderConfig::new(4, 3)
+        .with_width(8)
+        .with_prior(prior)
+        .init::<B>(&device)
+        .unwrap();
+    let z = Tensor::<B, 2>::ones([2, 4], &device) * 1e6;
+    let q = encoder.forward(z.clone(), -z).unwrap();
+    let mu_offset = q.loc.clone() - 0.05;
+    assert!(max_abs(mu_offset) <= 5.0 + 1e-4);
+    let ls = q.log_scale.clone() - prior.scale.ln();
+    let (lo, hi) = (
+        ls.clone().min().into_scalar().to_f32(),
+        ls.max().into_scalar().to_f32(),
+    );
+    assert!(lo >= -100.0 - 1e-3 && hi <= 3.0 + 1e-3, "{lo} {hi}");
+    let p = vlgo_core::LaplaceParams::<B>::fixed(&prior, [2, 3], &device);
+    let kl = vlgo_core::kl_divergence(&q, &p).into_scalar().to_f64();
+    assert!(kl.is_finite() && kl >= 0.0, "{kl}");
+}
+
+#[test]
+fn prior_network_gives_one_distribution_per_datum() {
+    let device = Default::default();
+    let prior = CoefficientPriorConfig::new(6, 5)
+        .with_width(4)
+        .init::<B>(&device)
+        .unwrap();
+    let p = prior.forward(Tensor::ones([3, 6], &device)).unwrap();
+    assert_eq!(p.dims(), [3, 5]);
+    let ls = p.log_scale - FixedPrior::default().scale.ln();
+    assert!(ls.max().into_scalar().to_f32() <= 3.0 + 1e-4);
+    let e = prior.forward(Tensor::ones([3, 7], &device)).unwrap_err();
+    assert!(e.to_string().contains("d = 6"), "{e}");
+}
+
+fn model(samples: usize, zeta: f64, learned_prior: bool) -> vlgo_nn::Vlgo<AD> {
+    VlgoConfig::new(LieOperatorsConfig::new(4, 3).with_init(OperatorInit::Normal { std: 0.3 }))
+        .with_width(8)
+        .with_samples(samples)
+        .with_learned_prior(learned_prior)
+        .with_threshold(Threshold::new(zeta, ThresholdVariant::Noise).unwrap())
+        .with_beta(1e-2)
+        .init::<AD>(&Default::default())
+        .unwrap()
+}
+
+#[test]
+fn the_step_trains_operators_encoder_and_prior_and_is_reproducible() {
+    let device = Default::default();
+    let z0 = Tensor::<AD, 2>::random(
+        [16, 3],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    let z1 = z0.clone() * 1.1;
+    let streams = NoiseStreams::new(3);
+    for (samples, zeta, learned) in [(1, 0.0, false), (5, 0.01, true)] {
+        let model = model(samples, zeta, learned);
+        let step = model.step(z0.clone(), z1.clone(), &streams, 7).unwrap();
+        let again = model.step(z0.clone(), z1.clone(), &streams, 7).unwrap();
+        assert_eq!(
+            step.coefficients.clone().into_data(),
+            again.coefficients.into_data(),
+            "same step, same draws"
+        );
+        let loss = step.loss.clone().into_scalar().to_f64();
+        let parts = step.manifold_loss.clone().into_scalar().to_f64()
+            + 1e-2 * step.kl.clone().into_scalar().to_f64();
+        assert!((loss - parts).abs() <= 1e-5 * loss.abs().max(1.0));
+        let grads = step.loss.backward();
+        assert!(model.operators.psi.grad(&grads).is_some());
+        let mut encoder_grads = 0;
+        model.encoder.visit(&mut CountGrads {
+            grads: &grads,
+            count: &mut encoder_grads,
+        });
+        assert!(encoder_grads > 0, "the encoder receives gradient");
+        if let Some(prior) = &model.prior {
+            let mut prior_grads = 0;
+            prior.visit(&mut CountGrads {
+                grads: &grads,
+                count: &mut prior_grads,
+            });
+            assert!(
+                prior_grads > 0,
+                "the learned prior receives gradient through the KL"
+            );
+        }
+    }
+}
+
+struct CountGrads<'a> {
+    grads: &'a <AD as burn::tensor::backend::AutodiffBackend>::Gradients,
+    count: &'a mut usize,
+}
+
+impl burn::module::ModuleVisitor<AD> for CountGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<AD, D>>) {
+        if param.grad(self.grads).is_some() {
+            *self.count += 1;
+        }
+    }
+}
+
+#[test]
+fn sample_prior_and_configs_reject_bad_input() {
+    let device = Default::default();
+    let model = model(1, 0.01, false);
+    let z0 = Tensor::<AD, 2>::ones([2, 3], &device);
+    let c = model
+        .sample_prior(z0.clone(), Tensor::zeros([2, 4], &device))
+        .unwrap();
+    // u = 0 is the median: |eps| = 0 < zeta, so the thresholded sample is exactly zero.
+    assert_eq!(c.abs().max().into_scalar().to_f32(), 0.0);
+    let e = model
+        .sample_prior(z0.clone(), Tensor::zeros([2, 5], &device))
+        .unwrap_err();
+    assert!(e.to_string().contains("[2, 4]"), "{e}");
+    let e = model
+        .infer(z0.clone(), Tensor::ones([2, 4], &device))
+        .unwrap_err();
+    assert!(e.to_string().contains("feature_dim"), "{e}");
+    let stable_odd = VlgoConfig::new(LieOperatorsConfig::new(2, 3))
+        .validate()
+        .unwrap_err();
+    assert!(stable_odd.to_string().contains("even"), "{stable_odd}");
+    let bad_width = VlgoConfig::new(LieOperatorsConfig::new(2, 4))
+        .with_width(0)
+        .validate()
+        .unwrap_err();
+    assert!(bad_width.to_string().contains("width"), "{bad_width}");
+}

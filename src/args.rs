@@ -1,0 +1,159 @@
+//! Command-line arguments of `vlgo` (`interfaces.md`).
+
+use std::path::PathBuf;
+
+use crate::error::{CliError, Result};
+use crate::swiss_roll::SwissRollConfig;
+
+/// Usage text.
+pub const USAGE: &str = "\
+usage: vlgo [COMMAND] [OPTIONS]
+
+commands:
+  swiss-roll   the swiss-roll experiment (the default): FISTA against variational operators
+  demo         a tour of the core API: operators, transport, gradients
+
+swiss-roll options:
+  --full             the paper's 1000 epochs (default: a reduced run of 200)
+  --out DIR          run folder (default: runs/swiss-roll[-full]-seed<N>, never overwritten)
+  --seed N           seed of data, initialisation and noise (default 0)
+  --epochs N         override the number of epochs
+  --points N         points on the roll (default 5000)
+  --k1 N, --k2 N     partners from the k1-th..k2-th nearest neighbours (default 20..60)
+  --methods A,B,..   methods to run: fista, laplace_j<J>, thresholded_j<J>
+  --set KEY=VALUE    any other setting of the resolved config.toml (repeatable), e.g.
+                     --set encoder_lr=3e-3 --set prior.scale=0.05
+
+  -h, --help         this text";
+
+/// A parsed command line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Print usage.
+    Help,
+    /// The core demo.
+    Demo,
+    /// The swiss-roll experiment with its resolved settings and run folder.
+    SwissRoll {
+        /// Settings.
+        config: Box<SwissRollConfig>,
+        /// Run folder (None: the default name).
+        out: Option<PathBuf>,
+        /// Whether `--full` was given (names the default folder).
+        full: bool,
+    },
+}
+
+fn value<'a>(flag: &str, it: &mut impl Iterator<Item = &'a String>) -> Result<&'a String> {
+    it.next()
+        .ok_or_else(|| CliError::invalid(flag, "nothing", "expected a value after it"))
+}
+
+fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T> {
+    text.parse().map_err(|_| {
+        CliError::invalid(flag, format!("{text:?}"), "expected a non-negative integer")
+    })
+}
+
+/// Parses the arguments after the program name. The settings are validated here, so a bad
+/// value is reported before any work starts.
+pub fn parse(args: &[String]) -> Result<Command> {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        return Ok(Command::Help);
+    }
+    let (command, rest) = match args.first().map(String::as_str) {
+        None => ("swiss-roll", &args[..0]),
+        Some(flag) if flag.starts_with("--") => ("swiss-roll", args),
+        Some(cmd) => (cmd, &args[1..]),
+    };
+    match command {
+        "demo" if rest.is_empty() => Ok(Command::Demo),
+        "demo" => Err(CliError::invalid(
+            "demo arguments",
+            rest.join(" "),
+            "the demo takes none",
+        )),
+        "swiss-roll" => parse_swiss_roll(rest),
+        other => Err(CliError::invalid(
+            "command",
+            format!("{other:?}"),
+            "expected swiss-roll or demo (see `vlgo --help`)",
+        )),
+    }
+}
+
+fn parse_swiss_roll(args: &[String]) -> Result<Command> {
+    let full = args.iter().any(|a| a == "--full");
+    let mut config = if full {
+        SwissRollConfig::full()
+    } else {
+        SwissRollConfig::reduced()
+    };
+    let mut out = None;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--full" => {}
+            "--out" => out = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--seed" => config.seed = number(flag, value(flag, &mut it)?)?,
+            "--epochs" => config.epochs = number(flag, value(flag, &mut it)?)?,
+            "--points" => config.points = number(flag, value(flag, &mut it)?)?,
+            "--k1" => config.k1 = number(flag, value(flag, &mut it)?)?,
+            "--k2" => config.k2 = number(flag, value(flag, &mut it)?)?,
+            "--methods" => {
+                config.methods = value(flag, &mut it)?
+                    .split(',')
+                    .map(|m| m.trim().to_string())
+                    .collect()
+            }
+            "--set" => config = set(&config, value(flag, &mut it)?)?,
+            other => {
+                return Err(CliError::invalid(
+                    "swiss-roll option",
+                    format!("{other:?}"),
+                    "see `vlgo --help`",
+                ));
+            }
+        }
+    }
+    config.validate()?;
+    Ok(Command::SwissRoll {
+        config: Box::new(config),
+        out,
+        full,
+    })
+}
+
+/// Applies one `key=value` override (a dotted key reaches into tables; the value is read as TOML,
+/// or as a string when it is not valid TOML) to a serialisable config.
+pub fn set<T>(config: &T, assignment: &str) -> Result<T>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let bad = |why: &str| CliError::invalid("--set", format!("{assignment:?}"), why);
+    let (key, raw) = assignment
+        .split_once('=')
+        .ok_or_else(|| bad("expected KEY=VALUE"))?;
+    let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    let mut root = toml::Value::try_from(config).map_err(|e| bad(&e.to_string()))?;
+    let mut slot = &mut root;
+    for part in key.trim().split('.') {
+        slot = slot
+            .get_mut(part)
+            .ok_or_else(|| bad(&format!("no setting named {key:?}")))?;
+    }
+    if std::mem::discriminant(slot) != std::mem::discriminant(&value)
+        && !(slot.is_float() && value.is_integer())
+    {
+        return Err(bad(&format!("expected a value like {slot}")));
+    }
+    *slot = match (slot.is_float(), value) {
+        (true, toml::Value::Integer(i)) => toml::Value::Float(i as f64),
+        (_, v) => v,
+    };
+    root.try_into()
+        .map_err(|e: toml::de::Error| bad(&e.to_string()))
+}

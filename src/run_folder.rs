@@ -1,0 +1,95 @@
+//! Run folders: `config.toml`, `metrics.jsonl`, `summary.json`, `plots/` (`interfaces.md`).
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{CliError, Result};
+
+/// A run's output folder. Creating one never touches a folder that already holds files, so a
+/// run cannot overwrite an earlier one.
+#[derive(Debug)]
+pub struct RunFolder {
+    path: PathBuf,
+}
+
+impl RunFolder {
+    /// Creates `path` (and its parents); refuses a non-empty existing folder or a file.
+    pub fn create(path: &Path) -> Result<Self> {
+        if path.exists() {
+            let occupied = !path.is_dir()
+                || fs::read_dir(path)
+                    .map_err(CliError::io(path))?
+                    .next()
+                    .is_some();
+            if occupied {
+                return Err(CliError::invalid(
+                    "--out",
+                    path.display(),
+                    "expected a new or empty folder (a run never overwrites another)",
+                ));
+            }
+        }
+        fs::create_dir_all(path).map_err(CliError::io(path))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `plots/`, created on first use.
+    pub fn plots_dir(&self) -> Result<PathBuf> {
+        let dir = self.path.join("plots");
+        fs::create_dir_all(&dir).map_err(CliError::io(&dir))?;
+        Ok(dir)
+    }
+
+    /// Writes `value` as TOML.
+    pub fn write_toml(&self, name: &str, value: &impl Serialize) -> Result<()> {
+        let path = self.path.join(name);
+        let text = toml::to_string_pretty(value)
+            .map_err(|e| CliError::invalid(name, "an unserialisable value", e))?;
+        fs::write(&path, text).map_err(CliError::io(path))
+    }
+
+    /// Writes `value` as pretty JSON.
+    pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
+        let path = self.path.join(name);
+        let text = serde_json::to_string_pretty(value)
+            .map_err(|e| CliError::invalid(name, "an unserialisable value", e))?;
+        fs::write(&path, text + "\n").map_err(CliError::io(path))
+    }
+
+    /// Opens a JSON-lines file for appending one object per line.
+    pub fn jsonl(&self, name: &str) -> Result<JsonLines> {
+        let path = self.path.join(name);
+        let file = File::create(&path).map_err(CliError::io(&path))?;
+        Ok(JsonLines {
+            path,
+            out: BufWriter::new(file),
+        })
+    }
+}
+
+/// A JSON-lines writer, flushed after every line so an interrupted run keeps what it logged.
+#[derive(Debug)]
+pub struct JsonLines {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl JsonLines {
+    /// Appends one object.
+    pub fn write(&mut self, value: &serde_json::Value) -> Result<()> {
+        let io = CliError::io(&self.path);
+        writeln!(self.out, "{value}")
+            .and_then(|()| self.out.flush())
+            .map_err(io)
+    }
+}

@@ -1,0 +1,108 @@
+//! The paper's synthetic experiment (its Figure 2): operators learned on a swiss roll with exact
+//! sparse inference (FISTA) against variational inference (VLGO), compared on error, sparsity,
+//! operators used and training time. `protocols.md` ("Synthetic experiment") gives the setting;
+//! `docs/swiss-roll.md` the choices and results.
+
+mod config;
+mod report;
+mod train;
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Param;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use vlgo_core::{ExpmBackend, LieOperators, OperatorForm};
+use vlgo_datasets::NeighbourPairs;
+
+pub use config::{Method, SwissRollConfig};
+pub use report::{MethodSummary, Summary};
+pub use train::{EpochMetrics, MethodRun, train_method};
+
+use crate::error::Result;
+use crate::progress::EpochBar;
+use crate::run_folder::RunFolder;
+
+/// Runs every configured method, writing `config.toml`, `metrics.jsonl`, `summary.json` and
+/// `plots/` into `out` (which must not hold a previous run), and returns the summary.
+pub fn run<B>(config: &SwissRollConfig, out: &Path, device: &B::Device) -> Result<Summary>
+where
+    B: AutodiffBackend + ExpmBackend,
+    B::InnerBackend: ExpmBackend,
+{
+    let methods = config.validate()?;
+    let folder = RunFolder::create(out)?;
+    folder.write_toml("config.toml", config)?;
+    let roll = vlgo_datasets::SwissRollConfig {
+        points: config.points,
+        seed: config.seed,
+    }
+    .generate()?;
+    let pairs = NeighbourPairs::new(&roll.points, config.k1, config.k2)?;
+    let mut metrics = folder.jsonl("metrics.jsonl")?;
+    let mut runs = Vec::with_capacity(methods.len());
+    let batches = config.points.div_ceil(config.batch_size);
+    for method in methods {
+        let bar = EpochBar::new(&method.to_string(), config.epochs);
+        let run = train_method::<B>(config, method, &roll.points, &pairs, device, |m| {
+            bar.update(m);
+            metrics.write(&report::metrics_line(method, m, batches))
+        })?;
+        bar.finish(&run);
+        runs.push(run);
+    }
+    let summary = Summary::new(&runs);
+    folder.write_json("summary.json", &summary)?;
+    report::plot_curves(&folder.plots_dir()?, &runs)?;
+    if let Some(run) = path_model(&runs) {
+        let operators = host_operators::<B::InnerBackend>(run, config.num_operators, device);
+        report::plot_paths(
+            &folder.plots_dir()?.join("paths.png"),
+            run,
+            &operators,
+            &roll.points,
+            config.path_extent,
+        )?;
+    }
+    println!("\n{}", summary.table());
+    println!("run folder: {}", folder.path().display());
+    Ok(summary)
+}
+
+/// The model whose extrapolated paths are drawn: the thresholded one with the most samples,
+/// else any variational one, else FISTA's.
+fn path_model(runs: &[MethodRun]) -> Option<&MethodRun> {
+    let samples = |r: &&MethodRun| match r.method {
+        Method::Vlgo {
+            thresholded,
+            samples,
+        } => (1 + thresholded as usize, samples),
+        Method::Fista => (0, 0),
+    };
+    runs.iter().max_by_key(samples)
+}
+
+fn host_operators<B: Backend>(run: &MethodRun, m: usize, device: &B::Device) -> LieOperators<B> {
+    let psi = Tensor::<B, 1>::from_floats(run.psi.as_slice(), device).reshape([m, 1, 3, 3]);
+    LieOperators {
+        psi: Param::from_tensor(psi),
+        form: OperatorForm::Dense,
+        dim: 3,
+    }
+}
+
+/// A run folder under `runs/` that does not exist yet: `runs/swiss-roll[-full]-seed<N>`, with
+/// `-2`, `-3`, .. appended when taken.
+pub fn default_out_dir(full: bool, seed: u64) -> PathBuf {
+    let base = format!(
+        "runs/swiss-roll{}-seed{seed}",
+        if full { "-full" } else { "" }
+    );
+    (1..)
+        .map(|i| match i {
+            1 => PathBuf::from(&base),
+            i => PathBuf::from(format!("{base}-{i}")),
+        })
+        .find(|p| !p.exists())
+        .expect("some suffix is free")
+}
