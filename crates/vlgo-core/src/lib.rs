@@ -39,6 +39,14 @@
 //!   running minimum, so memory does not grow with J.
 //! * The backward methods of [`ExpmBackend`] are plain tensor code on `Autodiff`, so they are
 //!   recorded themselves (no hand-written second-order rule).
+//! * Operators of odd block size (the swiss roll's 3 x 3) use [`OperatorInit::Normal`]; the stable
+//!   initialisation needs pairs of features.
+//! * [`fista`] keeps one Lipschitz estimate per datum and takes its gradients through
+//!   [`LieOperators::transport_pullback`]: the exponential's own forward and backward, without an
+//!   autodiff graph. Its sufficient-decrease test has a rounding slack proportional to
+//!   ||r|| ||z1||, without which a datum fitted to rounding shrinks its step to nothing.
+//! * On the CPU kernel, matrices of size n <= 4 run a fixed-size version of the same Taylor steps,
+//!   and tiny matrices are grouped into parallel jobs of about 4096 entries.
 
 pub mod best_of_j;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
