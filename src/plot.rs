@@ -66,17 +66,20 @@ pub fn line_chart(
         .iter()
         .flat_map(|s| s.points.iter().copied().filter(keep))
         .collect();
-    let range = |f: fn(&(f64, f64)) -> f64| {
+    let range = |f: fn(&(f64, f64)) -> f64, log: bool| {
         let lo = all.iter().map(f).fold(f64::INFINITY, f64::min);
         let hi = all.iter().map(f).fold(f64::NEG_INFINITY, f64::max);
-        match (lo.is_finite(), hi > lo) {
-            (true, true) => (lo, hi),
-            (true, false) => (lo - 0.5, lo + 0.5),
-            _ => (0.0, 1.0),
+        match (lo.is_finite(), hi > lo, log) {
+            (true, true, _) => (lo, hi),
+            // One distinct value: a range around it that stays positive on a log axis.
+            (true, false, true) => (lo / 2.0, lo * 2.0),
+            (true, false, false) => (lo - 0.5, lo + 0.5),
+            (false, _, true) => (0.1, 1.0),
+            (false, _, false) => (0.0, 1.0),
         }
     };
-    let (x0, x1) = range(|p| p.0);
-    let (y0, y1) = range(|p| p.1);
+    let (x0, x1) = range(|p| p.0, false);
+    let (y0, y1) = range(|p| p.1, log_y);
     let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let mut builder = ChartBuilder::on(&root);

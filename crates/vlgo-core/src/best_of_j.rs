@@ -55,25 +55,32 @@ pub fn best_of_j<B: ExpmBackend>(
     let frozen = operators.clone().no_grad();
     let fixed = params.detach();
     let (z0d, z1d) = (z0.detach(), z1.detach());
-    let draws = draws
-        .into_iter()
-        .map(|u| {
-            if u.dims() != [n, m] {
-                return Err(VlgoError::Shape {
-                    op: "best_of_j",
-                    expected: format!("noise draws [N, M] = [{n}, {m}]"),
-                    got: u.dims().to_vec(),
-                });
-            }
-            Ok(u.detach())
-        })
-        .collect::<Result<Vec<_>>>()?;
     let (s, b) = operators.blocks();
     let chunk = (CANDIDATE_BUDGET / (n * s * b * b).max(1)).max(1);
+    let mut draws = draws.into_iter();
     let mut best: Option<(Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1>)> = None;
-    for (first, group) in (0..).step_by(chunk).zip(draws.chunks(chunk)) {
+    let mut first = 0;
+    loop {
+        // Draws are taken lazily, one chunk at a time, so memory stays bounded whatever J is.
+        let group = draws
+            .by_ref()
+            .take(chunk)
+            .map(|u| {
+                if u.dims() != [n, m] {
+                    return Err(VlgoError::Shape {
+                        op: "best_of_j",
+                        expected: format!("noise draws [N, M] = [{n}, {m}]"),
+                        got: u.dims().to_vec(),
+                    });
+                }
+                Ok(u.detach())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if group.is_empty() {
+            break;
+        }
         let k = group.len();
-        let u = Tensor::cat(group.to_vec(), 0);
+        let u = Tensor::cat(group, 0);
         let stacked = LaplaceParams {
             loc: fixed.loc.clone().repeat_dim(0, k),
             log_scale: fixed.log_scale.clone().repeat_dim(0, k),
@@ -92,6 +99,7 @@ pub fn best_of_j<B: ExpmBackend>(
             .gather(0, idx.clone().reshape([1, n, 1]).expand([1, n, m]))
             .reshape([n, m]);
         let idx = idx.reshape([n]).float() + first as f64;
+        first += k;
         best = Some(match best {
             None => (u, err, idx),
             Some((bu, berr, bidx)) => {

@@ -35,8 +35,10 @@
 //! * The KL clamps log-scales at -80 only inside its exponentials, which are the terms that would
 //!   overflow f32; elsewhere it uses the log-scales as they are.
 //! * The stable initialisation needs an even block size for every form (dense: even d).
-//! * Best-of-J evaluates candidates one at a time through `expmv` with frozen operators and a
-//!   running minimum, so memory does not grow with J.
+//! * Best-of-J evaluates candidates through `expmv` with frozen operators and a running minimum,
+//!   in chunks stacked along the batch (at most 2^22 generator entries each; the draws are taken
+//!   lazily), so memory does not grow with J and small problems pay for a few large tensor ops
+//!   instead of J sets of small ones.
 //! * The backward methods of [`ExpmBackend`] are plain tensor code on `Autodiff`, so they are
 //!   recorded themselves (no hand-written second-order rule).
 //! * Operators of odd block size (the swiss roll's 3 x 3) use [`OperatorInit::Normal`]; the stable

@@ -247,6 +247,10 @@ impl<B: Backend> LieOperators<B> {
         self.check_coefficients("LieOperators::generator", &c)?;
         let [m, s, b, _] = self.psi.dims();
         let n = c.dims()[0];
+        if n == 0 {
+            // Some backends' matmul divides by the row count.
+            return Ok(Tensor::zeros([0, s, b, b], &c.device()));
+        }
         let flat = self.psi.val().reshape([m, s * b * b]);
         Ok(c.matmul(flat).reshape([n, s, b, b]))
     }
@@ -362,28 +366,16 @@ impl<B: ExpmBackend> LieOperators<B> {
         self.check_features("LieOperators::transport_pullback", &c, &z)?;
         let [n, d] = z.dims();
         let (s, b) = self.blocks();
-        let active = s * b;
-        let a = self.generator(c)?.reshape([n * s, b, b]);
-        let head = if active == d {
-            z.clone()
-        } else {
-            z.clone().slice([0..n, 0..active])
-        };
-        let (moved, pullback) =
-            expmv_pullback(a, head.reshape([n * s, b]), &ExpmvConfig::default())?;
-        let moved = moved.reshape([n, active]);
-        let moved = if active == d {
-            moved
-        } else {
-            Tensor::cat(vec![moved, z.slice([0..n, active..d])], 1)
-        };
+        let (a, v) = self.block_problems(c, &z)?;
+        let (moved, pullback) = expmv_pullback(a, v, &ExpmvConfig::default())?;
+        let moved = self.reassemble(moved, z);
         let m = self.num_operators();
         Ok((
             moved,
             TransportPullback {
                 pullback,
                 psi: self.psi.val().reshape([m, s * b * b]),
-                shape: [n, s, b],
+                shape: [n, d, s, b],
             },
         ))
     }
@@ -396,28 +388,44 @@ impl<B: ExpmBackend> LieOperators<B> {
         method: TransportMethod,
     ) -> VlgoResult<Tensor<B, 2>> {
         self.check_features("LieOperators::transport", &c, &z)?;
-        let [n, d] = z.dims();
-        let (s, b) = self.blocks();
-        let active = s * b;
-        let a = self.generator(c)?.reshape([n * s, b, b]);
-        let head = if active == d {
-            z.clone()
-        } else {
-            z.clone().slice([0..n, 0..active])
-        };
-        let v = head.reshape([n * s, b]);
+        let (a, v) = self.block_problems(c, &z)?;
         let moved = match method {
             TransportMethod::Expmv => expmv_with(a, v, &ExpmvConfig::default())?,
             TransportMethod::Expm => try_expm(a)?
                 .matmul(v.unsqueeze_dim::<3>(2))
                 .squeeze_dim::<2>(2),
-        }
-        .reshape([n, active]);
-        Ok(if active == d {
+        };
+        Ok(self.reassemble(moved, z))
+    }
+
+    /// The per-block problems of a transport: generators A [N S, b, b] and the features' active
+    /// part as vectors [N S, b].
+    fn block_problems(
+        &self,
+        c: Tensor<B, 2>,
+        z: &Tensor<B, 2>,
+    ) -> VlgoResult<(Tensor<B, 3>, Tensor<B, 2>)> {
+        let [n, d] = z.dims();
+        let (s, b) = self.blocks();
+        let a = self.generator(c)?.reshape([n * s, b, b]);
+        let head = if s * b == d {
+            z.clone()
+        } else {
+            z.clone().slice([0..n, 0..s * b])
+        };
+        Ok((a, head.reshape([n * s, b])))
+    }
+
+    /// Features [N, d] from the moved blocks [N S, b] and the pass-through tail of `z`.
+    fn reassemble(&self, moved: Tensor<B, 2>, z: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, d] = z.dims();
+        let active = self.blocks().0 * self.blocks().1;
+        let moved = moved.reshape([n, active]);
+        if active == d {
             moved
         } else {
             Tensor::cat(vec![moved, z.slice([0..n, active..d])], 1)
-        })
+        }
     }
 }
 
@@ -425,16 +433,28 @@ impl<B: ExpmBackend> LieOperators<B> {
 pub struct TransportPullback<B: ExpmBackend> {
     pullback: ExpmvPullback<B>,
     psi: Tensor<B, 2>,
-    shape: [usize; 3],
+    /// [N, d, S, b].
+    shape: [usize; 4],
 }
 
 impl<B: ExpmBackend> TransportPullback<B> {
     /// d/dc of sum_n <g_n, T(c_n) z_n> for g = `grad` [N, d], as [N, M].
-    pub fn coefficients(&self, grad: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [n, s, b] = self.shape;
+    pub fn coefficients(&self, grad: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
+        let [n, d, s, b] = self.shape;
+        if grad.dims() != [n, d] {
+            return Err(VlgoError::Shape {
+                op: "TransportPullback::coefficients",
+                expected: format!("the transport's output shape [{n}, {d}]"),
+                got: grad.dims().to_vec(),
+            });
+        }
+        if n == 0 {
+            return Ok(Tensor::zeros([0, self.psi.dims()[0]], &grad.device()));
+        }
         let g = grad.slice([0..n, 0..s * b]).reshape([n * s, b]);
-        let (abar, _) = self.pullback.apply(g);
-        abar.reshape([n, s * b * b])
-            .matmul(self.psi.clone().transpose())
+        let (abar, _) = self.pullback.apply(g)?;
+        Ok(abar
+            .reshape([n, s * b * b])
+            .matmul(self.psi.clone().transpose()))
     }
 }

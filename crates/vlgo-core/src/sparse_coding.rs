@@ -79,12 +79,13 @@ impl FistaConfig {
                 return Err(VlgoError::invalid(name, value, why));
             }
         }
-        if self.max_iterations == 0 {
-            return Err(VlgoError::invalid(
-                "fista max_iterations",
-                0,
-                "must be >= 1",
-            ));
+        for (name, value) in [
+            ("fista max_iterations", self.max_iterations),
+            ("fista max_backtracks", self.max_backtracks),
+        ] {
+            if value == 0 {
+                return Err(VlgoError::invalid(name, 0, "must be >= 1"));
+            }
         }
         Ok(())
     }
@@ -167,8 +168,12 @@ pub fn fista<B: ExpmBackend>(
         let (moved, pullback) = operators.transport_pullback(y.clone(), z0.clone())?;
         let r = moved - z1.clone();
         let fy = r.clone().square().sum_dim(1).reshape([n]);
-        let grad = pullback.coefficients(r * 2.0);
+        let grad = pullback.coefficients(r * 2.0)?;
 
+        // Rounding noise of f = ||r||^2 is about 2 ||r|| eps ||z1|| (the residual is a
+        // difference of vectors of size ||z1||): without this slack, a datum fitted to within
+        // rounding fails every test and its step shrinks to nothing.
+        let slack = (fy.clone().sqrt() * target_norms.clone() + fy.clone()) * 1e-6;
         let mut p = y.clone();
         for _ in 0..config.max_backtracks {
             let step = lipschitz.clone().recip().unsqueeze_dim::<2>(1);
@@ -177,13 +182,11 @@ pub fn fista<B: ExpmBackend>(
             let model = fy.clone()
                 + (d.clone() * grad.clone()).sum_dim(1).reshape([n])
                 + lipschitz.clone() * d.square().sum_dim(1).reshape([n]) * 0.5;
-            // Rounding noise of f = ||r||^2 is about 2 ||r|| eps ||z1|| (the residual is a
-            // difference of vectors of size ||z1||): without this slack, a datum fitted to
-            // within rounding fails every test and its step shrinks to nothing.
-            let slack = (fy.clone().sqrt() * target_norms.clone() + fy.clone()) * 1e-6;
             // NaN (an overflowing trial) counts as a failure, so the step shrinks.
             trials += 1;
-            let fails = smooth(p.clone())?.lower_equal(model + slack).bool_not();
+            let fails = smooth(p.clone())?
+                .lower_equal(model + slack.clone())
+                .bool_not();
             if !fails.clone().any().into_scalar().to_bool() {
                 break;
             }

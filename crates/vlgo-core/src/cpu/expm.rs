@@ -210,9 +210,10 @@ pub fn backward(
         lu::solve(&ws.t1, &ws.perm, &mut g, &mut ws.t2, n);
         transpose(&ws.r0, &mut ws.t3, n);
         matmul(&g, &ws.t3, &mut ws.t2, n, false); // -Qbar
-        for k in 0..nn {
-            ws.t1[k] = g[k] + ws.t2[k]; // Ubar
-            ws.t3[k] = g[k] - ws.t2[k]; // Vbar
+        let bars = ws.t1.iter_mut().zip(ws.t3.iter_mut());
+        for ((ubar, vbar), (gk, qk)) in bars.zip(g.iter().zip(&ws.t2)).take(nn) {
+            *ubar = gk + qk;
+            *vbar = gk - qk;
         }
         let (ubar, vbar) = (ws.t1.clone(), ws.t3.clone());
         add_bar(ws, u, &ubar, 1.0);

@@ -28,16 +28,21 @@ fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
     } else {
         0.0
     };
-    let shifted_norm = (0..n)
-        .map(|j| {
-            (0..n)
-                .map(|i| {
-                    let x = a[i * n + j] - if i == j { mu } else { 0.0 };
-                    x.abs() as f64
-                })
-                .sum::<f64>()
-        })
-        .fold(0.0, f64::max);
+    // Without a shift the shifted norm is the norm itself.
+    let shifted_norm = if mu == 0.0 {
+        norm
+    } else {
+        (0..n)
+            .map(|j| {
+                (0..n)
+                    .map(|i| {
+                        let x = a[i * n + j] - if i == j { mu } else { 0.0 };
+                        x.abs() as f64
+                    })
+                    .sum::<f64>()
+            })
+            .fold(0.0, f64::max)
+    };
     match taylor_steps(shifted_norm, config.m_max) {
         Some((m, s)) => {
             let products = (m as f64) * (s as f64);

@@ -61,13 +61,7 @@ pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
     // Costs in f64 (exact for integers below 2^53; q > 1e9 is skipped): this runs once per
     // matrix and call in the CPU kernel, where it rivals a 3 x 3 exponential.
     let mut best = (0usize, f64::INFINITY);
-    // One step of the first degree whose theta covers the norm costs m1; a lower degree needs at
-    // least two steps, so only degrees from m1 / 2 can beat it.
-    let first = TAYLOR_THETA_F32[..m_max]
-        .iter()
-        .position(|&theta| norm <= theta)
-        .map_or(1, |i| (i + 1).div_ceil(2));
-    for (m, inv_theta) in (first..=m_max).zip(&INV_THETA_F32[first - 1..]) {
+    for (m, inv_theta) in (1..=m_max).zip(INV_THETA_F32) {
         // Any degree from here on costs at least m products.
         if m as f64 >= best.1 {
             break;
@@ -508,8 +502,8 @@ mod tests {
         assert_eq!(taylor_steps(0.0, 18), Some((1, 1)));
         assert_eq!(taylor_steps(f64::NAN, 18), None);
         assert_eq!(taylor_steps(f64::INFINITY, 18), None);
-        // A dense sweep of norms (the search skips degrees it can prove worse): the choice must
-        // equal the plain minimum over every degree, smallest degree on ties.
+        // A dense sweep of norms (the search stops early): the choice must equal the plain
+        // minimum over every degree, smallest degree on ties.
         let sweep = (0..4000).map(|i| 1e-4 * 1.004f64.powi(i));
         for (norm, m_max) in sweep.flat_map(|x| [(x, 18), (x, 24), (x, 7)]) {
             let brute = (1..=m_max)

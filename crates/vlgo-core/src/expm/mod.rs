@@ -334,7 +334,7 @@ pub fn expmv_with<B: ExpmBackend>(
 /// let a = Tensor::<NdArray, 3>::zeros([2, 3, 3], &device);
 /// let v = Tensor::<NdArray, 2>::ones([2, 3], &device);
 /// let (y, pullback) = vlgo_core::expmv_pullback(a, v.clone(), &Default::default()).unwrap();
-/// let (abar, vbar) = pullback.apply(y.clone());
+/// let (abar, vbar) = pullback.apply(y.clone()).unwrap();
 /// assert_eq!(abar.dims(), [2, 3, 3]);
 /// assert!((vbar - v).abs().max().into_scalar() < 1e-6); // exp(0)^T y = v
 /// ```
@@ -362,12 +362,22 @@ pub fn expmv_pullback<B: ExpmBackend>(
     } else {
         v.cast(a.dtype())
     };
+    if dims[0] == 0 {
+        let y = if v.dtype() == dtype {
+            v.clone()
+        } else {
+            v.clone().cast(dtype)
+        };
+        let saved = None;
+        return Ok((y, ExpmvPullback { a, v, saved, dtype }));
+    }
     let (y, saved) = B::expmv_checkpointed(
         a.clone().into_primitive().tensor(),
         v.clone().into_primitive().tensor(),
         *config,
     );
     let y = if y.dtype() == dtype { y } else { y.cast(dtype) };
+    let saved = Some(saved);
     Ok((y, ExpmvPullback { a, v, saved, dtype }))
 }
 
@@ -375,13 +385,25 @@ pub fn expmv_pullback<B: ExpmBackend>(
 pub struct ExpmvPullback<B: ExpmBackend> {
     a: Tensor<B, 3>,
     v: Tensor<B, 2>,
-    saved: ExpmvCheckpoints<B>,
+    /// None for an empty batch.
+    saved: Option<ExpmvCheckpoints<B>>,
     dtype: DType,
 }
 
 impl<B: ExpmBackend> ExpmvPullback<B> {
     /// (abar [N, n, n], vbar [N, n]) for the output adjoint `grad` [N, n].
-    pub fn apply(&self, grad: Tensor<B, 2>) -> (Tensor<B, 3>, Tensor<B, 2>) {
+    pub fn apply(&self, grad: Tensor<B, 2>) -> Result<(Tensor<B, 3>, Tensor<B, 2>)> {
+        if grad.dims() != self.v.dims() {
+            return Err(VlgoError::ShapeMismatch {
+                op: "ExpmvPullback::apply",
+                what: "the output adjoint must have the output's shape [N, n]",
+                lhs: self.v.dims().to_vec(),
+                rhs: grad.dims().to_vec(),
+            });
+        }
+        let Some(saved) = &self.saved else {
+            return Ok((self.a.clone(), self.v.clone()));
+        };
         let grad = if grad.dtype() == self.a.dtype() {
             grad
         } else {
@@ -391,15 +413,15 @@ impl<B: ExpmBackend> ExpmvPullback<B> {
             self.a.clone().into_primitive().tensor(),
             self.v.clone().into_primitive().tensor(),
             grad.into_primitive().tensor(),
-            &self.saved,
+            saved,
         );
         let abar = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(abar));
         let vbar = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(vbar));
-        if abar.dtype() == self.dtype {
+        Ok(if abar.dtype() == self.dtype {
             (abar, vbar)
         } else {
             (abar.cast(self.dtype), vbar.cast(self.dtype))
-        }
+        })
     }
 }
 

@@ -247,11 +247,9 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
             errs[i][k] = e[i];
         }
     }
-    for i in 0..n {
-        let argmin = (0..j)
-            .min_by(|&a, &b| errs[i][a].total_cmp(&errs[i][b]))
-            .unwrap();
-        assert_eq!(best.winner[i], argmin, "datum {i}: {:?}", errs[i]);
+    for (i, row) in errs.iter().enumerate() {
+        let argmin = (0..j).min_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
+        assert_eq!(best.winner[i], argmin, "datum {i}: {row:?}");
     }
     // The seeded form draws the same numbers.
     let seeded =

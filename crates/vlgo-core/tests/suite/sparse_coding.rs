@@ -67,4 +67,34 @@ fn fista_rejects_bad_settings_and_shapes() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("[3, 4]"), "{e}");
+    let no_backtracks = FistaConfig::new().with_max_backtracks(0);
+    let e = fista(&ops, z.clone(), z.clone(), &no_backtracks).unwrap_err();
+    assert!(e.to_string().contains("max_backtracks"), "{e}");
+}
+
+#[test]
+fn transport_pullback_checks_its_adjoint_and_takes_empty_batches() {
+    let device = Default::default();
+    let ops = vlgo_core::LieOperatorsConfig::new(2, 4)
+        .init::<B>(&device)
+        .unwrap();
+    let (moved, pullback) = ops
+        .transport_pullback(
+            Tensor::zeros([3, 2], &device),
+            Tensor::ones([3, 4], &device),
+        )
+        .unwrap();
+    assert_eq!(pullback.coefficients(moved).unwrap().dims(), [3, 2]);
+    let e = pullback
+        .coefficients(Tensor::ones([2, 4], &device))
+        .unwrap_err();
+    assert!(e.to_string().contains("[3, 4]"), "{e}");
+    let (moved, pullback) = ops
+        .transport_pullback(
+            Tensor::zeros([0, 2], &device),
+            Tensor::ones([0, 4], &device),
+        )
+        .unwrap();
+    assert_eq!(moved.dims(), [0, 4]);
+    assert_eq!(pullback.coefficients(moved).unwrap().dims(), [0, 2]);
 }
