@@ -18,18 +18,16 @@ enum Route {
     NonFinite,
 }
 
-fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
+/// (1-norm, shift mu, 1-norm of A - mu I); the norm is NaN when A holds NaN or Inf.
+fn norms(a: &[f32], n: usize, shift: bool) -> (f64, f32, f64) {
     let norm = one_norm(a, n);
-    if norm.is_nan() {
-        return Route::NonFinite;
-    }
-    let mu = if config.shift {
+    let mu = if shift && !norm.is_nan() {
         ((0..n).map(|i| a[i * n + i] as f64).sum::<f64>() / n as f64) as f32
     } else {
         0.0
     };
     // Without a shift the shifted norm is the norm itself.
-    let shifted_norm = if mu == 0.0 {
+    let shifted = if mu == 0.0 {
         norm
     } else {
         (0..n)
@@ -43,6 +41,57 @@ fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
             })
             .fold(0.0, f64::max)
     };
+    (norm, mu, shifted)
+}
+
+/// [`norms`] for a fixed size: the same sums in the same order (so the same choices), unrolled,
+/// since at 3 x 3 the generic loops cost as much as the exponential itself.
+fn norms_fixed<const N: usize>(a: &[f32], shift: bool) -> (f64, f32, f64) {
+    let a = &a[..N * N];
+    let column = |j: usize, mu: f32| -> f64 {
+        let mut s = 0.0f64;
+        for i in 0..N {
+            let x = a[i * N + j] - if i == j { mu } else { 0.0 };
+            s += x.abs() as f64;
+        }
+        s
+    };
+    let mut norm = 0.0f64;
+    let mut total = 0.0f64;
+    for j in 0..N {
+        let s = column(j, 0.0);
+        total += s;
+        norm = norm.max(s);
+    }
+    if !total.is_finite() {
+        return (f64::NAN, 0.0, f64::NAN);
+    }
+    let mu = if shift {
+        let mut trace = 0.0f64;
+        for i in 0..N {
+            trace += a[i * N + i] as f64;
+        }
+        (trace / N as f64) as f32
+    } else {
+        0.0
+    };
+    if mu == 0.0 {
+        return (norm, mu, norm);
+    }
+    let shifted = (0..N).map(|j| column(j, mu)).fold(0.0, f64::max);
+    (norm, mu, shifted)
+}
+
+fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
+    let (norm, mu, shifted_norm) = match n {
+        2 => norms_fixed::<2>(a, config.shift),
+        3 => norms_fixed::<3>(a, config.shift),
+        4 => norms_fixed::<4>(a, config.shift),
+        _ => norms(a, n, config.shift),
+    };
+    if norm.is_nan() {
+        return Route::NonFinite;
+    }
     match taylor_steps(shifted_norm, config.m_max) {
         Some((m, s)) => {
             let products = (m as f64) * (s as f64);
