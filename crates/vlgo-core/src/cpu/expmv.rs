@@ -5,7 +5,7 @@
 use super::expm::{self as dense, Workspace, one_norm};
 use super::simd::{axpy, matvec};
 use super::small;
-use crate::expm::expmv::taylor_steps;
+use crate::expm::expmv::{KernelRecord, taylor_steps};
 use crate::expm::plan::{Precision, choose};
 use crate::expm::{ExpmMethod, ExpmvConfig};
 
@@ -80,6 +80,40 @@ fn norms_fixed<const N: usize>(a: &[f32], shift: bool) -> (f64, f32, f64) {
     }
     let shifted = (0..N).map(|j| column(j, mu)).fold(0.0, f64::max);
     (norm, mu, shifted)
+}
+
+impl Route {
+    fn record(&self, used: u32) -> KernelRecord {
+        match *self {
+            Route::Taylor { m, s, mu } => KernelRecord {
+                kind: 0,
+                m: m as u32,
+                s,
+                mu,
+                used: if s == 1 { used } else { 0 },
+            },
+            Route::Dense => KernelRecord {
+                kind: 1,
+                ..KernelRecord::default()
+            },
+            Route::NonFinite => KernelRecord {
+                kind: 2,
+                ..KernelRecord::default()
+            },
+        }
+    }
+
+    fn from_record(r: &KernelRecord) -> Self {
+        match r.kind {
+            0 => Route::Taylor {
+                m: r.m as usize,
+                s: r.s,
+                mu: r.mu,
+            },
+            1 => Route::Dense,
+            _ => Route::NonFinite,
+        }
+    }
 }
 
 fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
@@ -192,8 +226,10 @@ pub fn forward(
     n: usize,
     config: &ExpmvConfig,
     ws: &mut Workspace,
-) {
-    match route(a, n, config) {
+) -> KernelRecord {
+    let route = route(a, n, config);
+    let mut used = 0;
+    match route {
         Route::NonFinite => y.fill(f32::NAN),
         Route::Dense => {
             let mut t = vec![0.0; n * n];
@@ -202,12 +238,12 @@ pub fn forward(
         }
         Route::Taylor { m, s, mu } if n <= small::MAX => {
             let tol = config.tol as f32;
-            match n {
+            used = match n {
                 1 => small::forward::<1>(a, v, y, m, s, mu, tol),
                 2 => small::forward::<2>(a, v, y, m, s, mu, tol),
                 3 => small::forward::<3>(a, v, y, m, s, mu, tol),
                 _ => small::forward::<4>(a, v, y, m, s, mu, tol),
-            }
+            };
         }
         Route::Taylor { m, s, mu } => {
             let eta = (mu / s as f32).exp();
@@ -231,10 +267,13 @@ pub fn forward(
             y.copy_from_slice(&t.b);
         }
     }
+    route.record(used as u32)
 }
 
 /// Adjoints (abar, vbar) of y = exp(A) v given ybar = `grad`. The step inputs are recomputed
-/// and kept (s + 1 vectors); each step's inner vectors are recomputed from its input.
+/// and kept (s + 1 vectors); each step's inner vectors are recomputed from its input. `record`,
+/// when the forward left one, replaces the route choice (and, for one step of a tiny matrix,
+/// the forward itself).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     a: &[f32],
@@ -244,9 +283,12 @@ pub fn backward(
     vbar: &mut [f32],
     n: usize,
     config: &ExpmvConfig,
+    record: Option<&KernelRecord>,
     ws: &mut Workspace,
 ) {
-    match route(a, n, config) {
+    let route = record.map_or_else(|| route(a, n, config), Route::from_record);
+    let single_step_terms = record.and_then(|r| (r.used > 0).then_some(r.used as usize));
+    match route {
         Route::NonFinite => {
             abar.fill(f32::NAN);
             vbar.fill(f32::NAN);
@@ -268,12 +310,20 @@ pub fn backward(
         Route::Taylor { m, s, mu } if n <= small::MAX => {
             let tol = config.tol as f32;
             let t = &mut ws.vectors;
-            let (inputs, used) = (&mut t.inputs, &mut t.used);
+            let (inputs, used, terms) = (&mut t.inputs, &mut t.used, single_step_terms);
             match n {
-                1 => small::backward::<1>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
-                2 => small::backward::<2>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
-                3 => small::backward::<3>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
-                _ => small::backward::<4>(a, v, grad, abar, vbar, m, s, mu, tol, inputs, used),
+                1 => {
+                    small::backward::<1>(a, v, grad, abar, vbar, m, s, mu, tol, terms, inputs, used)
+                }
+                2 => {
+                    small::backward::<2>(a, v, grad, abar, vbar, m, s, mu, tol, terms, inputs, used)
+                }
+                3 => {
+                    small::backward::<3>(a, v, grad, abar, vbar, m, s, mu, tol, terms, inputs, used)
+                }
+                _ => {
+                    small::backward::<4>(a, v, grad, abar, vbar, m, s, mu, tol, terms, inputs, used)
+                }
             }
         }
         Route::Taylor { m, s, mu } => {

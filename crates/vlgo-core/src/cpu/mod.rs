@@ -17,6 +17,7 @@ use burn::prelude::*;
 use burn::tensor::DType;
 use rayon::prelude::*;
 
+use crate::expm::expmv::KernelRecord;
 use crate::expm::{ExpmMethod, ExpmvConfig};
 
 fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
@@ -83,25 +84,27 @@ fn min_matrices(n: usize) -> usize {
     (4096 / (n * n).max(1)).max(1)
 }
 
-/// exp(A) v for a batch: A [N, n, n], v [N, n].
+/// exp(A) v for a batch: A [N, n, n], v [N, n], with each matrix's route for the backward.
 pub(crate) fn expmv_batch<B: Backend>(
     a: Tensor<B, 3>,
     v: Tensor<B, 2>,
     config: &ExpmvConfig,
-) -> Tensor<B, 2> {
+) -> (Tensor<B, 2>, Vec<KernelRecord>) {
     let (dims, device) = (v.dims(), v.device());
     let n = dims[1];
     let (a, v) = (host(a), host(v.cast(DType::F32)));
     let mut y = vec![0.0f32; v.len()];
+    let mut records = vec![KernelRecord::default(); dims[0]];
     if n > 0 {
         y.par_chunks_mut(n)
+            .zip(records.par_iter_mut())
             .zip(a.par_chunks(n * n).zip(v.par_chunks(n)))
             .with_min_len(min_matrices(n))
-            .for_each_init(expm::Workspace::default, |ws, (y, (a, v))| {
-                expmv::forward(a, v, y, n, config, ws)
+            .for_each_init(expm::Workspace::default, |ws, ((y, r), (a, v))| {
+                *r = expmv::forward(a, v, y, n, config, ws)
             });
     }
-    device_tensor(y, dims, &device)
+    (device_tensor(y, dims, &device), records)
 }
 
 /// Adjoints (Abar, vbar) of exp(A) v for a batch, given the adjoint of the output.
@@ -110,6 +113,7 @@ pub(crate) fn expmv_backward_batch<B: Backend>(
     v: Tensor<B, 2>,
     grad: Tensor<B, 2>,
     config: &ExpmvConfig,
+    records: &[KernelRecord],
 ) -> (Tensor<B, 3>, Tensor<B, 2>) {
     let (adims, vdims, device) = (a.dims(), v.dims(), v.device());
     let n = vdims[1];
@@ -128,9 +132,13 @@ pub(crate) fn expmv_backward_batch<B: Backend>(
                     .zip(v.par_chunks(n).zip(g.par_chunks(n))),
             )
             .with_min_len(min_matrices(n))
-            .for_each_init(expm::Workspace::default, |ws, ((ab, vb), (a, (v, g)))| {
-                expmv::backward(a, v, g, ab, vb, n, config, ws)
-            });
+            .enumerate()
+            .for_each_init(
+                expm::Workspace::default,
+                |ws, (i, ((ab, vb), (a, (v, g))))| {
+                    expmv::backward(a, v, g, ab, vb, n, config, records.get(i), ws)
+                },
+            );
     }
     (
         device_tensor(abar, adims, &device),
@@ -190,11 +198,19 @@ mod tests {
             let v = Tensor::<B, 2>::random([5, n], Distribution::Normal(0.0, 1.0), &device);
             let g = Tensor::<B, 2>::random([5, n], Distribution::Normal(0.0, 1.0), &device);
             let (want, saved) = crate::expm::expmv::expmv_forward(a.clone(), v.clone(), &config);
-            let got = expmv_batch(a.clone(), v.clone(), &config);
+            let (got, records) = expmv_batch(a.clone(), v.clone(), &config);
             assert!(rel_frobenius(got, want) < 1e-5, "n {n} norm {norm}");
             let (wa, wv) =
                 crate::expm::expmv::expmv_backward(a.clone(), v.clone(), g.clone(), &saved);
-            let (ga, gv) = expmv_backward_batch(a, v, g, &config);
+            // With the forward's records and without (recomputing the routes): same adjoints.
+            let (ra, rv) = expmv_backward_batch(a.clone(), v.clone(), g.clone(), &config, &records);
+            let (ga, gv) = expmv_backward_batch(a, v, g, &config, &[]);
+            assert_eq!(
+                ra.clone().into_data(),
+                ga.clone().into_data(),
+                "n {n} norm {norm}"
+            );
+            assert_eq!(rv.into_data(), gv.clone().into_data(), "n {n} norm {norm}");
             assert!(
                 rel_frobenius(ga, wa) < 1e-4 * (1.0 + norm),
                 "n {n} norm {norm} dA"

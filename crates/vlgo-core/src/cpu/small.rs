@@ -61,7 +61,7 @@ fn scale<const N: usize>(x: &[f32; N], eta: f32) -> [f32; N] {
     x.map(|v| eta * v)
 }
 
-/// y = exp(A) v with degree m, s steps and shift mu.
+/// y = exp(A) v with degree m, s steps and shift mu; returns the terms the last step used.
 #[allow(clippy::too_many_arguments)]
 pub fn forward<const N: usize>(
     a: &[f32],
@@ -71,17 +71,23 @@ pub fn forward<const N: usize>(
     s: u64,
     mu: f32,
     tol: f32,
-) {
+) -> usize {
     let sa = load::<N>(a, mu, s);
     let eta = (mu / s as f32).exp();
     let mut b: [f32; N] = v[..N].try_into().expect("length N");
+    let mut used = 0;
     for _ in 0..s {
-        b = scale(&step(&sa, &b, m, tol).0, eta);
+        let (f, j) = step(&sa, &b, m, tol);
+        b = scale(&f, eta);
+        used = j;
     }
     y[..N].copy_from_slice(&b);
+    used
 }
 
 /// Adjoints (abar, vbar) of y = exp(A) v given ybar = `grad`; `inputs` and `used` are scratch.
+/// `single_step_terms`: the terms the forward used when it took one step (its input is v), so
+/// the forward need not run again.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<const N: usize>(
     a: &[f32],
@@ -93,6 +99,7 @@ pub fn backward<const N: usize>(
     s: u64,
     mu: f32,
     tol: f32,
+    single_step_terms: Option<usize>,
     inputs: &mut Vec<f32>,
     used: &mut Vec<usize>,
 ) {
@@ -100,12 +107,20 @@ pub fn backward<const N: usize>(
     let eta = (mu / s as f32).exp();
     inputs.clear();
     used.clear();
-    let mut b: [f32; N] = v[..N].try_into().expect("length N");
-    for _ in 0..s {
-        inputs.extend_from_slice(&b);
-        let (f, j) = step(&sa, &b, m, tol);
-        used.push(j);
-        b = scale(&f, eta);
+    match single_step_terms {
+        Some(j) if s == 1 => {
+            inputs.extend_from_slice(&v[..N]);
+            used.push(j);
+        }
+        _ => {
+            let mut b: [f32; N] = v[..N].try_into().expect("length N");
+            for _ in 0..s {
+                inputs.extend_from_slice(&b);
+                let (f, j) = step(&sa, &b, m, tol);
+                used.push(j);
+                b = scale(&f, eta);
+            }
+        }
     }
     // Adjoint step by step in reverse; g accumulates the adjoint of sa.
     let mut g = [[0.0f32; N]; N];

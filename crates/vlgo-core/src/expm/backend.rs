@@ -104,10 +104,8 @@ macro_rules! cpu_kernel_methods {
         ) -> (Tensor<Self, 2>, ExpmvCheckpoints<Self>) {
             let a: Tensor<Self, 3> = wrap(a);
             if crate::cpu::accepts(&a) {
-                (
-                    crate::cpu::expmv_batch(a, wrap(v), &config),
-                    ExpmvCheckpoints::for_kernel(config),
-                )
+                let (y, records) = crate::cpu::expmv_batch(a, wrap(v), &config);
+                (y, ExpmvCheckpoints::for_kernel(config, records))
             } else {
                 expmv::expmv_forward::<Self>(a, wrap(v), &config)
             }
@@ -125,6 +123,7 @@ macro_rules! cpu_kernel_methods {
                     wrap(v),
                     wrap(grad),
                     &saved.config,
+                    &saved.records,
                 )
             } else {
                 expmv::expmv_backward::<Self>(wrap(a), wrap(v), wrap(grad), saved)

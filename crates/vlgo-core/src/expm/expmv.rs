@@ -115,6 +115,19 @@ impl ExpmvPlan {
     }
 }
 
+/// What the CPU kernel's forward decided for one matrix, so its backward need not decide again:
+/// the Taylor degree, steps and shift, and for a single step the number of terms it used.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct KernelRecord {
+    /// 0: Taylor, 1: dense fallback, 2: non-finite input.
+    pub kind: u8,
+    pub m: u32,
+    pub s: u64,
+    pub mu: f32,
+    /// Terms of the single step (0 when s > 1 or unknown).
+    pub used: u32,
+}
+
 /// What the backward of the Taylor part needs: the input vector of every outer step and the number
 /// of terms each matrix used in it.
 #[derive(Debug, Clone)]
@@ -124,6 +137,8 @@ pub struct ExpmvCheckpoints<B: Backend> {
     /// Whether a CPU kernel computed the forward (its backward recomputes the checkpoints per
     /// matrix, and the fields below are empty).
     pub(crate) kernel: bool,
+    /// Per matrix, what the CPU kernel's forward chose (empty off the kernel).
+    pub(crate) records: Vec<KernelRecord>,
     pub(crate) plan: ExpmvPlan,
     /// Shifted and scaled matrices A'/s of the Taylor part, sorted.
     pub(crate) scaled: Option<Tensor<B, 3>>,
@@ -141,10 +156,11 @@ pub struct ExpmvCheckpoints<B: Backend> {
 
 impl<B: Backend> ExpmvCheckpoints<B> {
     /// Checkpoints of a kernel forward: only the options, the kernel recomputes the rest.
-    pub(crate) fn for_kernel(config: ExpmvConfig) -> Self {
+    pub(crate) fn for_kernel(config: ExpmvConfig, records: Vec<KernelRecord>) -> Self {
         Self {
             config,
             kernel: true,
+            records,
             plan: ExpmvPlan::default(),
             scaled: None,
             eta: None,
@@ -255,6 +271,7 @@ pub(crate) fn expmv_forward<B: Backend>(
     let mut saved = ExpmvCheckpoints {
         config: *config,
         kernel: false,
+        records: Vec::new(),
         plan: plan.clone(),
         scaled: None,
         eta: None,
