@@ -47,8 +47,10 @@
 //!   [`LieOperators::transport_pullback`]: the exponential's own forward and backward, without an
 //!   autodiff graph. Its sufficient-decrease test has a rounding slack proportional to
 //!   ||r|| ||z1||, without which a datum fitted to rounding shrinks its step to nothing.
-//! * On the CPU kernel, matrices of size n <= 4 run a fixed-size version of the same Taylor steps,
-//!   and tiny matrices are grouped into parallel jobs of about 4096 entries.
+//! * On the CPU kernel, matrices of size n <= 4 run a fixed-size version of the same Taylor steps
+//!   and norms, tiny matrices are grouped into parallel jobs of about 4096 entries, and the
+//!   forward of `expmv` leaves each matrix's route in its checkpoints so the backward does not
+//!   choose again (nor, for one step of a tiny matrix, recompute the forward).
 
 pub mod best_of_j;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
