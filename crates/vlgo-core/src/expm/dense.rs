@@ -176,14 +176,6 @@ fn square_all<B: Backend>(
     r
 }
 
-fn unsort<B: Backend, const D: usize>(t: Tensor<B, D>, plan: &ExpmPlan) -> Tensor<B, D> {
-    if plan.is_identity() {
-        t
-    } else {
-        reorder(t, &plan.inverse_order())
-    }
-}
-
 /// Undoes [`reorder`] by `order`: `out[order[k]] = t[k]`.
 pub(crate) fn unsort_by<B: Backend, const D: usize>(
     t: Tensor<B, D>,
@@ -203,7 +195,7 @@ pub(crate) fn expm_planned<B: Backend>(a: Tensor<B, 3>, plan: &ExpmPlan) -> Tens
     let x = scaled_sorted(a, plan);
     let r = approximants(x, plan);
     let r = square_all(r, plan, |_| {});
-    poison(unsort(r, plan), &plan.non_finite)
+    poison(unsort_by(r, &plan.order), &plan.non_finite)
 }
 
 /// exp(A) for a batch [N, n, n] in A's dtype (f32 or f64).
@@ -307,5 +299,5 @@ pub(crate) fn expm_backward<B: Backend>(
             .collect();
         xbar * per_matrix(scale, &x)
     };
-    poison(unsort(xbar, plan), &plan.non_finite)
+    poison(unsort_by(xbar, &plan.order), &plan.non_finite)
 }

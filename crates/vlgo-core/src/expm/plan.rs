@@ -155,11 +155,6 @@ impl ExpmPlan {
         self.order.iter().enumerate().all(|(k, &i)| k == i)
     }
 
-    /// The inverse permutation: `inverse[i]` is the sorted position of original matrix i.
-    pub fn inverse_order(&self) -> Vec<usize> {
-        inverse_permutation(&self.order)
-    }
-
     /// Number of sorted matrices that still square at step `k` (a prefix of the sorted batch).
     pub fn active_at(&self, k: u32) -> usize {
         self.squarings.iter().take_while(|&&s| s > k).count()
@@ -239,6 +234,6 @@ mod tests {
         assert_eq!(plan.squarings, vec![5, 3, 0, 0, 0]);
         assert_eq!(plan.active_at(0), 2);
         assert_eq!(plan.active_at(3), 1);
-        assert_eq!(plan.inverse_order()[4], 0);
+        assert_eq!(inverse_permutation(&plan.order)[4], 0);
     }
 }
