@@ -116,6 +116,9 @@ pub struct SwissRollConfig {
     pub fista_tolerance: f64,
     /// FISTA iterations per batch at most.
     pub fista_max_iterations: usize,
+    /// Threads FISTA splits each batch over (0: one per available core). Every count gives the
+    /// same coefficients; see `vlgo_core::FistaConfig::threads`.
+    pub fista_threads: usize,
     /// Extrapolated paths use c on a grid in [-N_c, N_c].
     pub path_extent: f64,
 }
@@ -156,6 +159,7 @@ impl SwissRollConfig {
             zeta: 0.002,
             fista_tolerance: 1e-4,
             fista_max_iterations: 300,
+            fista_threads: 0,
             path_extent: 1.0,
         }
     }

@@ -114,7 +114,11 @@ where
             fista: FistaConfig::new()
                 .with_l1(config.l1_weight)
                 .with_tolerance(config.fista_tolerance)
-                .with_max_iterations(config.fista_max_iterations),
+                .with_max_iterations(config.fista_max_iterations)
+                .with_threads(match config.fista_threads {
+                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    n => n,
+                }),
         },
         Method::Vlgo {
             thresholded,

@@ -15,6 +15,7 @@ pub(crate) mod small;
 
 use burn::prelude::*;
 use burn::tensor::DType;
+use rayon::iter::plumbing::{Producer, ProducerCallback};
 use rayon::prelude::*;
 
 use crate::expm::expmv::KernelRecord;
@@ -46,12 +47,8 @@ pub(crate) fn expm_batch<B: Backend>(a: Tensor<B, 3>, method: ExpmMethod) -> Ten
     let input = host(a);
     let mut out = vec![0.0f32; input.len()];
     if n > 0 {
-        out.par_chunks_mut(n * n)
-            .zip(input.par_chunks(n * n))
-            .with_min_len(min_matrices(n))
-            .for_each_init(expm::Workspace::default, |ws, (o, a)| {
-                expm::forward(a, o, n, method, ws)
-            });
+        let items = out.par_chunks_mut(n * n).zip(input.par_chunks(n * n));
+        for_each_matrix(items, n, |ws, (o, a)| expm::forward(a, o, n, method, ws));
     }
     device_tensor(out, dims, &device)
 }
@@ -67,12 +64,12 @@ pub(crate) fn expm_backward_batch<B: Backend>(
     let (input, grad) = (host(a), host(grad.cast(DType::F32)));
     let mut out = vec![0.0f32; input.len()];
     if n > 0 {
-        out.par_chunks_mut(n * n)
-            .zip(input.par_chunks(n * n).zip(grad.par_chunks(n * n)))
-            .with_min_len(min_matrices(n))
-            .for_each_init(expm::Workspace::default, |ws, (o, (a, g))| {
-                expm::backward(a, g, o, n, method, ws)
-            });
+        let items = out
+            .par_chunks_mut(n * n)
+            .zip(input.par_chunks(n * n).zip(grad.par_chunks(n * n)));
+        for_each_matrix(items, n, |ws, (o, (a, g))| {
+            expm::backward(a, g, o, n, method, ws)
+        });
     }
     device_tensor(out, dims, &device)
 }
@@ -82,6 +79,35 @@ pub(crate) fn expm_backward_batch<B: Backend>(
 /// product.
 fn min_matrices(n: usize) -> usize {
     (4096 / (n * n).max(1)).max(1)
+}
+
+/// Runs `job` on every matrix of the batch with one workspace per thread. A batch of at most
+/// one job's worth runs on the calling thread: rayon would hand it to a pool worker (the caller
+/// usually is not one) and wait, a cross-thread round trip that costs more than a batch of
+/// hundreds of 3 x 3 problems, and that serialises callers that solve chunks on their own threads.
+fn for_each_matrix<I, F>(items: I, n: usize, job: F)
+where
+    I: IndexedParallelIterator,
+    F: Fn(&mut expm::Workspace, I::Item) + Sync + Send,
+{
+    struct Serial<F>(F);
+    impl<T, F: Fn(&mut expm::Workspace, T)> ProducerCallback<T> for Serial<F> {
+        type Output = ();
+        fn callback<P: Producer<Item = T>>(self, producer: P) {
+            let mut ws = expm::Workspace::default();
+            producer
+                .into_iter()
+                .for_each(|item| (self.0)(&mut ws, item));
+        }
+    }
+    let min = min_matrices(n);
+    if items.len() < 2 * min {
+        items.with_producer(Serial(job));
+    } else {
+        items
+            .with_min_len(min)
+            .for_each_init(expm::Workspace::default, job);
+    }
 }
 
 /// exp(A) v for a batch: A [N, n, n], v [N, n], with each matrix's route for the backward.
@@ -96,13 +122,13 @@ pub(crate) fn expmv_batch<B: Backend>(
     let mut y = vec![0.0f32; v.len()];
     let mut records = vec![KernelRecord::default(); dims[0]];
     if n > 0 {
-        y.par_chunks_mut(n)
+        let items = y
+            .par_chunks_mut(n)
             .zip(records.par_iter_mut())
-            .zip(a.par_chunks(n * n).zip(v.par_chunks(n)))
-            .with_min_len(min_matrices(n))
-            .for_each_init(expm::Workspace::default, |ws, ((y, r), (a, v))| {
-                *r = expmv::forward(a, v, y, n, config, ws)
-            });
+            .zip(a.par_chunks(n * n).zip(v.par_chunks(n)));
+        for_each_matrix(items, n, |ws, ((y, r), (a, v))| {
+            *r = expmv::forward(a, v, y, n, config, ws)
+        });
     }
     (device_tensor(y, dims, &device), records)
 }
@@ -125,20 +151,17 @@ pub(crate) fn expmv_backward_batch<B: Backend>(
     let mut abar = vec![0.0f32; a.len()];
     let mut vbar = vec![0.0f32; v.len()];
     if n > 0 {
-        abar.par_chunks_mut(n * n)
+        let items = abar
+            .par_chunks_mut(n * n)
             .zip(vbar.par_chunks_mut(n))
             .zip(
                 a.par_chunks(n * n)
                     .zip(v.par_chunks(n).zip(g.par_chunks(n))),
             )
-            .with_min_len(min_matrices(n))
-            .enumerate()
-            .for_each_init(
-                expm::Workspace::default,
-                |ws, (i, ((ab, vb), (a, (v, g))))| {
-                    expmv::backward(a, v, g, ab, vb, n, config, records.get(i), ws)
-                },
-            );
+            .enumerate();
+        for_each_matrix(items, n, |ws, (i, ((ab, vb), (a, (v, g))))| {
+            expmv::backward(a, v, g, ab, vb, n, config, records.get(i), ws)
+        });
     }
     (
         device_tensor(abar, adims, &device),

@@ -49,6 +49,7 @@ pub(crate) const TAYLOR_THETA_F32: [f64; 24] = [
 /// Taylor degree m and number of steps s for a (shifted) 1-norm: the pair that minimises the
 /// number of matrix-vector products m * ceil(norm / theta_m), smallest m on ties. `None` when the
 /// norm is not finite or would need an absurd number of steps.
+#[inline]
 pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
     if !norm.is_finite() {
         return None;
@@ -58,23 +59,27 @@ pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
         // zero instead of ybar v^T.
         return Some((1, 1));
     }
-    // Costs in f64 (exact for integers below 2^53; q > 1e9 is skipped): this runs once per
-    // matrix and call in the CPU kernel, where it rivals a 3 x 3 exponential.
-    let mut best = (0usize, f64::INFINITY);
-    for (m, inv_theta) in (1..=m_max).zip(INV_THETA_F32) {
-        // Any degree from here on costs at least m products.
-        if m as f64 >= best.1 {
-            break;
-        }
+    // Costs in f64 (exact for integers below 2^53; q > 1e9 is skipped). This runs once per
+    // matrix and call in the CPU kernel, where it rivals a 3 x 3 exponential, so the costs are
+    // computed independently of one another (no early exit, no integer conversion: the loop
+    // vectorises) and the minimum is taken afterwards; the answer is the same as stopping once
+    // m alone exceeds the best cost, since every later cost is at least m.
+    const ROUND: f64 = 4_503_599_627_370_496.0; // 2^52: q + 2^52 - 2^52 is q rounded to an integer
+    let m_max = m_max.min(INV_THETA_F32.len());
+    let mut costs = [f64::INFINITY; 24];
+    for (k, (cost, inv_theta)) in costs.iter_mut().zip(&INV_THETA_F32).take(m_max).enumerate() {
         let q = norm * inv_theta;
-        if q > 1e9 {
-            continue;
-        }
-        let s = (q as u64 as f64 + f64::from(u8::from((q as u64 as f64) < q))).max(1.0);
-        let cost = m as f64 * s;
-        if cost < best.1 {
-            best = (m, cost);
-        }
+        // Both sides are computed and then selected: a branch on q here mispredicts.
+        let qc = q.min(1e15);
+        let r = (qc + ROUND) - ROUND;
+        let s = (r + f64::from(u8::from(r < qc))).max(1.0);
+        let finite = (k + 1) as f64 * s;
+        *cost = if q > 1e9 { f64::INFINITY } else { finite };
+    }
+    let mut best = (0usize, f64::INFINITY);
+    for (k, &cost) in costs[..m_max].iter().enumerate() {
+        let better = cost < best.1;
+        best = (if better { k + 1 } else { best.0 }, best.1.min(cost));
     }
     (best.0 > 0).then(|| (best.0, (best.1 / best.0 as f64) as u64))
 }

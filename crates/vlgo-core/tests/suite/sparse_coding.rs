@@ -98,3 +98,51 @@ fn transport_pullback_checks_its_adjoint_and_takes_empty_batches() {
     assert_eq!(moved.dims(), [0, 4]);
     assert_eq!(pullback.coefficients(moved).unwrap().dims(), [0, 2]);
 }
+
+/// The batch's problems are independent and only the stopping rule is shared, so splitting the
+/// batch over threads gives the single thread's coefficients, iterations and convergence: bit for
+/// bit on Flex, to rounding on NdArray (whose matmul rounds a row differently depending on where
+/// it falls in the product's tiles, and FISTA's iterations carry that on).
+#[test]
+fn fista_on_several_threads_gives_the_single_thread_answer() {
+    let device = Default::default();
+    B::seed(&device, 11);
+    let ops = vlgo_core::LieOperatorsConfig::new(3, 3)
+        .with_init(vlgo_core::OperatorInit::Normal { std: 0.3 })
+        .init::<B>(&device)
+        .unwrap();
+    let z0 = Tensor::<B, 2>::random(
+        [37, 3],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    let c = Tensor::<B, 2>::random(
+        [37, 3],
+        burn::tensor::Distribution::Uniform(-0.8, 0.8),
+        &device,
+    );
+    let z1 = ops.transport(c, z0.clone()).unwrap();
+    let config = FistaConfig::new()
+        .with_max_iterations(60)
+        .with_tolerance(1e-6);
+    let one = fista(&ops, z0.clone(), z1.clone(), &config).unwrap();
+    assert!(one.trials > 0);
+    for threads in [2, 3, 50] {
+        let split = fista(
+            &ops,
+            z0.clone(),
+            z1.clone(),
+            &config.clone().with_threads(threads),
+        )
+        .unwrap();
+        assert_eq!(split.iterations, one.iterations, "{threads} threads");
+        assert_eq!(split.converged, one.converged, "{threads} threads");
+        let diff = (split.coefficients - one.coefficients.clone())
+            .abs()
+            .max()
+            .into_scalar();
+        assert!(diff < 1e-4, "{threads} threads: {diff}");
+    }
+    let e = fista(&ops, z0, z1, &config.with_threads(0)).unwrap_err();
+    assert!(e.to_string().contains("threads"), "{e}");
+}
