@@ -1,7 +1,33 @@
 //! ManifoldCLR: contrastive learning whose positive views are moved along learned feature
 //! manifolds by variational Lie group operators (design note `math.md`, section 5).
 //!
-//! The crate is laid out per concept; the contrastive objectives, methods, training loop and
-//! evaluation are added on top of [`vlgo_nn`].
+//! This part holds the contrastive stack without the Lie group part: the ResNet-18 backbone
+//! ([`ResNet18Config`]), projection heads ([`ProjectionHead`]), InfoNCE in both variants
+//! ([`info_nce`]) and the SimCLR family behind one interface ([`Method`], [`ContrastiveModel`]).
+//!
+//! ```
+//! use burn::backend::{Autodiff, NdArray};
+//! use burn::prelude::*;
+//! use manifoldclr::{ContrastiveConfig, Method};
+//!
+//! type B = Autodiff<NdArray>;
+//! let device = Default::default();
+//! let config = ContrastiveConfig { width: 4, ..ContrastiveConfig::new(Method::SimClrMlp) };
+//! let model = config.init::<B>(&device).unwrap();
+//! let views = Tensor::<B, 4>::ones([2, 3, 16, 16], &device);
+//! let step = model.step(views.clone(), views * 0.5).unwrap();
+//! assert!(step.loss.into_scalar() > 0.0);
+//! ```
 
+pub mod backbone;
+pub mod error;
+pub mod head;
+pub mod info_nce;
+pub mod method;
+
+pub use backbone::{ResNet18, ResNet18Config};
+pub use error::{ClrError, Result};
+pub use head::{HeadKind, ProjectionHead};
+pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
+pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
 pub use vlgo_nn;

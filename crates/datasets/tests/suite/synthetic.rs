@@ -1,4 +1,4 @@
-//! vlgo-datasets' integration suite.
+//! The swiss roll and its neighbour pairs.
 
 use vlgo_datasets::{NeighbourPairs, SwissRollConfig};
 

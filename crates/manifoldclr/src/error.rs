@@ -1,0 +1,35 @@
+//! The crate's one error type.
+
+use thiserror::Error;
+
+/// Everything that can go wrong in the contrastive stack.
+#[derive(Debug, Error)]
+pub enum ClrError {
+    /// A setting or an input out of its range: names it, what came and what was expected.
+    #[error("invalid {name}: got {got}, {expected}")]
+    Invalid {
+        /// The setting or input.
+        name: &'static str,
+        /// What came.
+        got: String,
+        /// What it must satisfy.
+        expected: String,
+    },
+    /// An error of the operators and the exponential.
+    #[error(transparent)]
+    Core(#[from] vlgo_core::VlgoError),
+}
+
+impl ClrError {
+    /// Shorthand for [`ClrError::Invalid`].
+    pub fn invalid(name: &'static str, got: impl ToString, expected: impl ToString) -> Self {
+        Self::Invalid {
+            name,
+            got: got.to_string(),
+            expected: expected.to_string(),
+        }
+    }
+}
+
+/// Result with [`ClrError`].
+pub type Result<T> = std::result::Result<T, ClrError>;

@@ -1,0 +1,287 @@
+//! manifoldclr's integration suite (NdArray by default; `cargo test-flex` and friends elsewhere).
+
+use burn::module::Module;
+use burn::prelude::*;
+use manifoldclr::{
+    ContrastiveConfig, HeadKind, InfoNceConfig, Method, ProjectionHead, ResNet18Config, Similarity,
+    info_nce,
+};
+use vlgo_core::testing::{TestAutodiffBackend as AD, TestBackend as B};
+
+fn tensor(rows: &[Vec<f32>]) -> Tensor<B, 2> {
+    let (n, d) = (rows.len(), rows[0].len());
+    let flat: Vec<f32> = rows.concat();
+    Tensor::<B, 1>::from_floats(flat.as_slice(), &Default::default()).reshape([n, d])
+}
+
+/// InfoNCE by hand, in f64: anchors [a; b], candidates [a; b; extra].
+fn reference(a: &[Vec<f32>], b: &[Vec<f32>], extra: &[Vec<f32>], config: &InfoNceConfig) -> f64 {
+    let unit = |v: &Vec<f32>| -> Vec<f64> {
+        let n = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        v.iter().map(|x| f64::from(*x) / n).collect()
+    };
+    let raw = |v: &Vec<f32>| -> Vec<f64> { v.iter().map(|x| f64::from(*x)).collect() };
+    let anchors: Vec<&Vec<f32>> = a.iter().chain(b).collect();
+    let candidates: Vec<&Vec<f32>> = a.iter().chain(b).chain(extra).collect();
+    let sim = |x: &Vec<f32>, y: &Vec<f32>| -> f64 {
+        match config.similarity {
+            Similarity::Cosine => unit(x).iter().zip(unit(y)).map(|(p, q)| p * q).sum(),
+            Similarity::UnitDistance => -unit(x)
+                .iter()
+                .zip(unit(y))
+                .map(|(p, q)| (p - q).powi(2))
+                .sum::<f64>(),
+            Similarity::NegativeMeanSquare => {
+                -raw(x)
+                    .iter()
+                    .zip(raw(y))
+                    .map(|(p, q)| (p - q).powi(2))
+                    .sum::<f64>()
+                    / x.len() as f64
+            }
+        }
+    };
+    let n = a.len();
+    let mut total = 0.0;
+    for (i, x) in anchors.iter().enumerate() {
+        let partner = if i < n { i + n } else { i - n };
+        let mut denominator = 0.0;
+        for (j, y) in candidates.iter().enumerate() {
+            if j == i && !config.keep_self {
+                continue;
+            }
+            denominator += (sim(x, y) / config.temperature).exp();
+        }
+        total += -sim(x, candidates[partner]) / config.temperature + denominator.ln();
+    }
+    total / anchors.len() as f64
+}
+
+#[test]
+fn info_nce_matches_a_hand_computed_case_in_both_variants() {
+    let a = vec![
+        vec![1.0, 2.0, 0.5],
+        vec![-0.3, 0.8, 1.1],
+        vec![0.0, -1.0, 2.0],
+    ];
+    let b = vec![
+        vec![0.9, 2.2, 0.4],
+        vec![-0.1, 0.5, 1.3],
+        vec![0.2, -1.1, 1.7],
+    ];
+    let extra = vec![vec![3.0, 0.0, -1.0], vec![0.5, 0.5, 0.5]];
+    let configs = [
+        InfoNceConfig::cosine(),
+        InfoNceConfig::negative_mean_square(),
+        InfoNceConfig {
+            similarity: Similarity::UnitDistance,
+            temperature: 1.0,
+            keep_self: false,
+        },
+    ];
+    for config in configs {
+        for with_extra in [false, true] {
+            let e = if with_extra {
+                extra.clone()
+            } else {
+                Vec::new()
+            };
+            let want = reference(&a, &b, &e, &config);
+            let got = info_nce(
+                tensor(&a),
+                tensor(&b),
+                with_extra.then(|| tensor(&extra)),
+                &config,
+            )
+            .unwrap()
+            .into_scalar()
+            .to_f64();
+            assert!(
+                (got - want).abs() < 1e-5 * want.abs().max(1.0),
+                "{config:?} extra {with_extra}: {got} vs {want}"
+            );
+        }
+    }
+    // The paper's form at tau = 1 is the cosine form at tau = 0.5.
+    let paper = InfoNceConfig {
+        similarity: Similarity::UnitDistance,
+        temperature: 1.0,
+        keep_self: false,
+    };
+    let p = info_nce(tensor(&a), tensor(&b), None, &paper).unwrap();
+    let c = info_nce(tensor(&a), tensor(&b), None, &InfoNceConfig::cosine()).unwrap();
+    assert!((p.into_scalar().to_f64() - c.into_scalar().to_f64()).abs() < 1e-5);
+}
+
+#[test]
+fn info_nce_survives_large_logits_and_rejects_bad_input() {
+    // Logits of 1e4 / 0.5 would overflow exp without the log-sum-exp shift.
+    let a = vec![vec![100.0, 0.0], vec![0.0, 100.0]];
+    let b = vec![vec![100.0, 1.0], vec![1.0, 100.0]];
+    let loss = info_nce(
+        tensor(&a),
+        tensor(&b),
+        None,
+        &InfoNceConfig::negative_mean_square(),
+    )
+    .unwrap()
+    .into_scalar()
+    .to_f64();
+    assert!(loss.is_finite(), "{loss}");
+    let want = reference(&a, &b, &[], &InfoNceConfig::negative_mean_square());
+    assert!(
+        (loss - want).abs() < 1e-3 * want.abs().max(1.0),
+        "{loss} vs {want}"
+    );
+
+    let e = info_nce(tensor(&a), tensor(&b[..1]), None, &InfoNceConfig::cosine()).unwrap_err();
+    assert!(e.to_string().contains("[2, 2] and [1, 2]"), "{e}");
+    let bad = InfoNceConfig {
+        temperature: 0.0,
+        ..InfoNceConfig::cosine()
+    };
+    let e = info_nce(tensor(&a), tensor(&b), None, &bad).unwrap_err();
+    assert!(e.to_string().contains("temperature"), "{e}");
+}
+
+#[test]
+fn resnet18_has_torchvisions_shape_and_initialisation() {
+    let device = Default::default();
+    let net = ResNet18Config::new().init::<B>(&device).unwrap();
+    // torchvision's resnet18 without fc: 11,176,512 trainable parameters; the CIFAR stem is
+    // 3 x 3 instead of 7 x 7 (64 * 3 * (49 - 9) = 7,680 fewer), and Burn counts the running
+    // means and variances of the 4,800 batch-norm channels too.
+    assert_eq!(net.num_params(), 11_176_512 - 7_680 + 2 * 4_800);
+    let features = net.forward(Tensor::zeros([2, 3, 32, 32], &device)).unwrap();
+    assert_eq!(features.dims(), [2, 512]);
+
+    // Kaiming-normal, fan-out: the last block's 3 x 3 conv (512 -> 512) has std sqrt(2 / 4608).
+    let small = ResNet18Config::new()
+        .with_width(16)
+        .with_in_channels(1)
+        .with_max_pool(true)
+        .init::<B>(&device)
+        .unwrap();
+    let mut stds = Vec::new();
+    struct Weights<'a>(&'a mut Vec<(Vec<usize>, f64, f64)>);
+    impl burn::module::ModuleVisitor<B> for Weights<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+            let t = param.val();
+            let dims = t.dims().to_vec();
+            let n = t.shape().num_elements() as f64;
+            let mean = t.clone().sum().into_scalar().to_f64() / n;
+            let var = (t - mean).square().sum().into_scalar().to_f64() / n;
+            self.0.push((dims, mean, var.sqrt()));
+        }
+    }
+    small.visit(&mut Weights(&mut stds));
+    let last_conv = stds
+        .iter()
+        .rev()
+        .find(|(dims, _, _)| dims == &vec![128, 128, 3, 3])
+        .unwrap();
+    let want = (2.0f64 / (128.0 * 9.0)).sqrt();
+    assert!(
+        (last_conv.2 / want - 1.0).abs() < 0.05,
+        "{} vs {want}",
+        last_conv.2
+    );
+    // The stem: PyTorch's default, uniform with bound 1 / sqrt(fan_in) = 1 / 3, std 1 / sqrt(27).
+    let stem = &stds[0];
+    assert_eq!(stem.0, vec![16, 1, 3, 3]);
+    assert!(stem.2 < 1.0 / 3.0 && stem.2 > 0.1, "{}", stem.2);
+    // Batch-norm weights 1, biases 0.
+    let gammas: Vec<_> = stds.iter().filter(|(d, _, _)| d.len() == 1).collect();
+    assert!(gammas.iter().any(|(_, m, s)| *m == 1.0 && *s == 0.0));
+    assert!(gammas.iter().any(|(_, m, s)| *m == 0.0 && *s == 0.0));
+    let features = small
+        .forward(Tensor::zeros([1, 1, 64, 64], &device))
+        .unwrap();
+    assert_eq!(features.dims(), [1, 128]);
+    let e = small
+        .forward(Tensor::zeros([1, 3, 64, 64], &device))
+        .unwrap_err();
+    assert!(e.to_string().contains("[batch, 1,"), "{e}");
+    assert!(
+        ResNet18Config::new()
+            .with_width(0)
+            .init::<B>(&device)
+            .is_err()
+    );
+}
+
+#[test]
+fn heads_have_the_protocols_shapes() {
+    let device = Default::default();
+    let x = Tensor::<AD, 2>::ones([4, 512], &device);
+    for (kind, out) in [
+        (HeadKind::Mlp, 128),
+        (HeadKind::Linear, 128),
+        (HeadKind::None, 512),
+    ] {
+        let head = ProjectionHead::<AD>::new(kind, 512, 1024, 128, &device).unwrap();
+        assert_eq!(
+            head.forward(x.clone()).unwrap().dims(),
+            [4, out],
+            "{kind:?}"
+        );
+    }
+    let mlp = ProjectionHead::<AD>::new(HeadKind::Mlp, 512, 1024, 128, &device).unwrap();
+    // Linear 512*1024 + 1024, BN 2*1024 (+ 2*1024 running stats), Linear 1024*128 + 128.
+    assert_eq!(
+        mlp.num_params(),
+        512 * 1024 + 1024 + 4 * 1024 + 1024 * 128 + 128
+    );
+    assert!(mlp.forward(Tensor::ones([1, 512], &device)).is_err());
+    assert!(mlp.forward(Tensor::ones([4, 100], &device)).is_err());
+}
+
+#[test]
+fn every_method_trains_one_step_and_names_parse() {
+    let device = Default::default();
+    AD::seed(&device, 1);
+    let v0 = Tensor::<AD, 4>::random([4, 1, 12, 12], burn::tensor::Distribution::Default, &device);
+    let v1 = v0.clone() * 0.9 + 0.05;
+    for method in Method::ALL {
+        assert_eq!(method.name().parse::<Method>().unwrap(), method);
+        let config = ContrastiveConfig {
+            width: 4,
+            in_channels: 1,
+            direct_dims: 8,
+            ..ContrastiveConfig::new(method)
+        };
+        let model = config.init::<AD>(&device).unwrap();
+        let step = model.step(v0.clone(), v1.clone()).unwrap();
+        assert_eq!(step.features.dims(), [8, 32]);
+        let loss = step.loss.clone().into_scalar().to_f64();
+        assert!(loss.is_finite() && loss > 0.0, "{method}: {loss}");
+        let grads = step.loss.backward();
+        // Gradients reach the backbone.
+        let mut any = false;
+        struct Any<'a>(
+            &'a <AD as burn::tensor::backend::AutodiffBackend>::Gradients,
+            &'a mut bool,
+        );
+        impl burn::module::ModuleVisitor<AD> for Any<'_> {
+            fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<AD, D>>) {
+                if let Some(g) = p.val().grad(self.0) {
+                    *self.1 |= g.abs().sum().into_scalar().to_f64() > 0.0;
+                }
+            }
+        }
+        model.backbone.visit(&mut Any(&grads, &mut any));
+        assert!(any, "{method}: no gradient reached the backbone");
+    }
+    let e = "simclr".parse::<Method>().unwrap_err();
+    assert!(e.to_string().contains("simclr-mlp"), "{e}");
+    let bad = ContrastiveConfig {
+        direct_dims: 9999,
+        ..ContrastiveConfig::new(Method::DirectClr)
+    };
+    assert!(
+        bad.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("direct_dims")
+    );
+}
