@@ -20,14 +20,20 @@
 //! ```
 
 pub mod backbone;
+pub mod clip;
 pub mod error;
+pub mod eval;
 pub mod head;
 pub mod info_nce;
 pub mod method;
+pub mod schedule;
 
 pub use backbone::{ResNet18, ResNet18Config};
+pub use clip::clip_global_norm;
 pub use error::{ClrError, Result};
+pub use eval::{Accuracy, Features, ProbeConfig, extract_features, knn, linear_probe};
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
 pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
+pub use schedule::WarmupCosine;
 pub use vlgo_nn;

@@ -285,3 +285,92 @@ fn every_method_trains_one_step_and_names_parse() {
             .contains("direct_dims")
     );
 }
+
+#[test]
+fn the_schedule_warms_up_then_anneals_to_its_minimum() {
+    use manifoldclr::WarmupCosine;
+    let s = WarmupCosine {
+        base: 3e-3,
+        min: 1e-5,
+        warmup: 100,
+        total: 1100,
+    };
+    s.validate().unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    assert!(close(s.lr(0), 3e-5));
+    assert!(close(s.lr(49), 1.5e-3));
+    assert!(close(s.lr(99), 3e-3));
+    // A quarter of the way down: min + (base - min) (1 + cos(pi / 4)) / 2.
+    let quarter = 1e-5 + (3e-3 - 1e-5) * (1.0 + std::f64::consts::FRAC_PI_4.cos()) / 2.0;
+    assert!(close(s.lr(349), quarter));
+    assert!(close(s.lr(1099), 1e-5));
+    assert!(close(s.lr(5000), 1e-5));
+    for i in 100..1099 {
+        assert!(s.lr(i + 1) <= s.lr(i), "not decreasing at {i}");
+    }
+    assert!(WarmupCosine { warmup: 2000, ..s }.validate().is_err());
+    assert!(WarmupCosine { min: 1.0, ..s }.validate().is_err());
+}
+
+#[test]
+fn clipping_bounds_each_groups_global_norm() {
+    use burn::optim::GradientsParams;
+    let device = Default::default();
+    AD::seed(&device, 3);
+    let head = ProjectionHead::<AD>::new(HeadKind::Mlp, 16, 32, 8, &device).unwrap();
+    let x = Tensor::<AD, 2>::random([6, 16], burn::tensor::Distribution::Default, &device);
+    let loss = head.forward(x).unwrap().square().sum() * 1000.0;
+    let mut grads = GradientsParams::from_grads(loss.backward(), &head);
+    let before = manifoldclr::clip_global_norm(&head, &mut grads, Some(0.5));
+    assert!(before > 0.5, "{before}");
+    let after = manifoldclr::clip_global_norm(&head, &mut grads, None);
+    assert!((after - 0.5).abs() < 1e-4, "{after}");
+    // Under the bound: untouched.
+    let again = manifoldclr::clip_global_norm(&head, &mut grads, Some(10.0));
+    assert!((again - after).abs() < 1e-6);
+}
+
+/// Two Gaussian blobs per class in 8 dimensions, separable by a hyperplane.
+fn separable(rows: usize, seed: u64) -> manifoldclr::Features {
+    let mut state = seed;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as f64 / (1u64 << 31) as f64) as f32 - 0.5
+    };
+    let mut values = Vec::new();
+    let mut labels = Vec::new();
+    for i in 0..rows {
+        let class = (i % 3) as u16;
+        for d in 0..8 {
+            let centre = if d == usize::from(class) { 3.0 } else { 0.0 };
+            values.push(centre + next());
+        }
+        labels.push(class);
+    }
+    manifoldclr::Features::new(values, 8, labels).unwrap()
+}
+
+#[test]
+fn the_probe_and_knn_separate_linearly_separable_features() {
+    let device = Default::default();
+    let (train, test) = (separable(600, 1), separable(150, 2));
+    let probe = manifoldclr::ProbeConfig {
+        epochs: 30,
+        batch_size: 100,
+        ..Default::default()
+    };
+    let acc = manifoldclr::linear_probe::<AD>(&train, &test, 3, &probe, &device).unwrap();
+    assert_eq!(acc.top1, 100.0, "{acc:?}");
+    assert_eq!(acc.top5, 100.0);
+    let acc = manifoldclr::knn::<B>(&train, &test, 3, 5, &device).unwrap();
+    assert_eq!(acc.top1, 100.0, "{acc:?}");
+    // Shuffled labels: chance, far from 100.
+    let mut noise = train.clone();
+    noise.labels.rotate_left(1);
+    let acc = manifoldclr::linear_probe::<AD>(&noise, &test, 3, &probe, &device).unwrap();
+    assert!(acc.top1 < 60.0, "{acc:?}");
+    assert!(manifoldclr::knn::<B>(&train, &test, 3, 0, &device).is_err());
+    assert!(manifoldclr::Features::new(vec![f32::NAN; 8], 8, vec![0]).is_err());
+}
