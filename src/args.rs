@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::error::{CliError, Result};
+use crate::pretrain::ImageRunConfig;
 use crate::swiss_roll::SwissRollConfig;
 
 /// Usage text.
@@ -11,6 +12,9 @@ usage: vlgo [COMMAND] [OPTIONS]
 
 commands:
   swiss-roll   the swiss-roll experiment (the default): FISTA against variational operators
+  pretrain     contrastive pre-training of a ResNet-18 on images, then its evaluation
+  probe        linear probe of a pre-trained run's frozen features (updates its summary.json)
+  knn          kNN evaluation of a pre-trained run (updates its summary.json)
   demo         a tour of the core API: operators, transport, gradients
 
 swiss-roll options:
@@ -23,6 +27,16 @@ swiss-roll options:
   --methods A,B,..   methods to run: fista, laplace_j<J>, thresholded_j<J>
   --set KEY=VALUE    any other setting of the resolved config.toml (repeatable), e.g.
                      --set encoder_lr=3e-3 --set prior.scale=0.05
+
+pretrain options:
+  --config FILE      the run's settings, e.g. configs/fashion-mnist-simclr-mlp-cpu.toml
+  --data-dir DIR     the data set's folder (Fashion-MNIST: the Debian package's by default)
+  --out DIR          run folder (default: runs/<config name>-seed<N>, never overwritten)
+  --resume           continue the run folder's checkpoint (--out names it)
+  --set KEY=VALUE    any setting of the config (repeatable), e.g. --set pretrain.epochs=2
+
+probe / knn options:
+  --run DIR          the run folder of a pre-training run
 
   -h, --help         this text";
 
@@ -41,6 +55,22 @@ pub enum Command {
         out: Option<PathBuf>,
         /// Whether `--full` was given (names the default folder).
         full: bool,
+    },
+    /// Image pre-training.
+    Pretrain {
+        /// Settings.
+        config: Box<ImageRunConfig>,
+        /// Run folder.
+        out: PathBuf,
+        /// Continue the folder's checkpoint.
+        resume: bool,
+    },
+    /// Evaluation of a run: the linear probe (`probe`) or kNN.
+    Evaluate {
+        /// The run folder.
+        run: PathBuf,
+        /// Probe (true) or kNN (false).
+        probe: bool,
     },
 }
 
@@ -74,10 +104,25 @@ pub fn parse(args: &[String]) -> Result<Command> {
             "the demo takes none",
         )),
         "swiss-roll" => parse_swiss_roll(rest),
+        "pretrain" => parse_pretrain(rest),
+        "probe" | "knn" => {
+            let mut it = rest.iter();
+            match (it.next().map(String::as_str), it.next(), it.next()) {
+                (Some("--run"), Some(run), None) => Ok(Command::Evaluate {
+                    run: PathBuf::from(run),
+                    probe: command == "probe",
+                }),
+                _ => Err(CliError::invalid(
+                    format!("{command} arguments"),
+                    format!("{:?}", rest.join(" ")),
+                    "expected --run DIR",
+                )),
+            }
+        }
         other => Err(CliError::invalid(
             "command",
             format!("{other:?}"),
-            "expected swiss-roll or demo (see `vlgo --help`)",
+            "expected swiss-roll, pretrain, probe, knn or demo (see `vlgo --help`)",
         )),
     }
 }
@@ -121,6 +166,57 @@ fn parse_swiss_roll(args: &[String]) -> Result<Command> {
         config: Box::new(config),
         out,
         full,
+    })
+}
+
+fn parse_pretrain(args: &[String]) -> Result<Command> {
+    let mut config_path = None;
+    let (mut data_dir, mut out, mut resume, mut sets) = (None, None, false, Vec::new());
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--config" => config_path = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--data-dir" => data_dir = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--out" => out = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--resume" => resume = true,
+            "--set" => sets.push(value(flag, &mut it)?.clone()),
+            other => {
+                return Err(CliError::invalid(
+                    "pretrain option",
+                    format!("{other:?}"),
+                    "see `vlgo --help`",
+                ));
+            }
+        }
+    }
+    let path = config_path
+        .ok_or_else(|| CliError::invalid("--config", "nothing", "a config file to train with"))?;
+    let mut config = ImageRunConfig::load(&path)?;
+    for s in &sets {
+        config = set(&config, s)?;
+    }
+    if data_dir.is_some() {
+        config.data_dir = data_dir;
+    }
+    config.validate()?;
+    let out = match (out, resume) {
+        (Some(out), _) => out,
+        (None, true) => {
+            return Err(CliError::invalid(
+                "--resume",
+                "no --out",
+                "--out naming the run folder to continue",
+            ));
+        }
+        (None, false) => {
+            let stem = path.file_stem().map_or("run".into(), |s| s.to_string_lossy());
+            PathBuf::from("runs").join(format!("{stem}-seed{}", config.pretrain.seed))
+        }
+    };
+    Ok(Command::Pretrain {
+        config: Box::new(config),
+        out,
+        resume,
     })
 }
 

@@ -20,6 +20,9 @@ pub enum CliError {
     /// From the numerical core or the networks.
     #[error(transparent)]
     Core(#[from] vlgo_core::VlgoError),
+    /// From the contrastive stack.
+    #[error(transparent)]
+    Clr(#[from] manifoldclr::ClrError),
     /// From a data set.
     #[error(transparent)]
     Dataset(#[from] vlgo_datasets::DatasetError),

@@ -8,6 +8,7 @@ pub mod args;
 pub mod demo;
 pub mod error;
 pub mod plot;
+pub mod pretrain;
 pub mod progress;
 pub mod run_folder;
 pub mod swiss_roll;

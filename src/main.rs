@@ -24,6 +24,23 @@ fn main() -> ExitCode {
             let out = out.unwrap_or_else(|| default_out_dir(full, config.seed));
             swiss_roll::run::<Autodiff<Cpu>>(&config, &out, &Default::default()).map(|_| ())
         }
+        Command::Pretrain {
+            config,
+            out,
+            resume,
+        } => {
+            let summary =
+                vlgo::pretrain::pretrain::<Autodiff<Cpu>>(&config, &out, resume, &Default::default())?;
+            println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
+            println!("run folder: {}", out.display());
+            Ok(())
+        }
+        Command::Evaluate { run, probe } => {
+            let summary =
+                vlgo::pretrain::evaluate_run::<Autodiff<Cpu>>(&run, probe, &Default::default())?;
+            println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
+            Ok(())
+        }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -38,6 +38,20 @@ impl RunFolder {
         })
     }
 
+    /// An existing run folder, to continue or to add to.
+    pub fn existing(path: &Path) -> Result<Self> {
+        if !path.is_dir() {
+            return Err(CliError::invalid(
+                "run folder",
+                path.display(),
+                "an existing run folder",
+            ));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
     /// The folder.
     pub fn path(&self) -> &Path {
         &self.path
@@ -66,10 +80,25 @@ impl RunFolder {
         fs::write(&path, text + "\n").map_err(CliError::io(path))
     }
 
-    /// Opens a JSON-lines file for appending one object per line.
+    /// Creates a JSON-lines file for writing one object per line.
     pub fn jsonl(&self, name: &str) -> Result<JsonLines> {
+        self.open_jsonl(name, false)
+    }
+
+    /// Opens a JSON-lines file to append to what it holds (a resumed run).
+    pub fn jsonl_append(&self, name: &str) -> Result<JsonLines> {
+        self.open_jsonl(name, true)
+    }
+
+    fn open_jsonl(&self, name: &str, append: bool) -> Result<JsonLines> {
         let path = self.path.join(name);
-        let file = File::create(&path).map_err(CliError::io(&path))?;
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&path)
+            .map_err(CliError::io(&path))?;
         Ok(JsonLines {
             path,
             out: BufWriter::new(file),

@@ -15,6 +15,27 @@ pub enum ClrError {
         /// What it must satisfy.
         expected: String,
     },
+    /// The loss stopped being finite.
+    #[error("training diverged at epoch {epoch}, step {step}: the loss is {value}")]
+    Diverged {
+        /// 1-based epoch.
+        epoch: usize,
+        /// 1-based step.
+        step: usize,
+        /// The loss.
+        value: f64,
+    },
+    /// A file or folder that could not be written or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// A checkpoint that could not be written or read back.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// An error of the operators and the exponential.
     #[error(transparent)]
     Core(#[from] vlgo_core::VlgoError),

@@ -26,6 +26,7 @@ pub mod eval;
 pub mod head;
 pub mod info_nce;
 pub mod method;
+pub mod pretrain;
 pub mod schedule;
 
 pub use backbone::{ResNet18, ResNet18Config};
@@ -35,5 +36,8 @@ pub use eval::{Accuracy, Features, ProbeConfig, extract_features, knn, linear_pr
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
 pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
+pub use pretrain::{
+    GroupConfig, PretrainConfig, PretrainHooks, Pretrainer, StepLog, TrainState, ViewSource,
+};
 pub use schedule::WarmupCosine;
 pub use vlgo_nn;

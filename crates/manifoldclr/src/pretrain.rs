@@ -1,0 +1,341 @@
+//! The pre-training loop: AdamW per parameter group (own learning rate, weight decay, minimum
+//! learning rate and global-norm clipping), warm-up then per-iteration cosine, index-ordered
+//! batches of keyed augmentations, checkpoints at epoch ends and exact resume.
+//!
+//! The data comes through [`ViewSource`] (this crate knows nothing of files); what happens
+//! around the loop (logging, the kNN monitor, progress) through [`PretrainHooks`].
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::prelude::*;
+use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+use crate::clip::clip_global_norm;
+use crate::error::{ClrError, Result};
+use crate::method::{ContrastiveConfig, ContrastiveModel};
+use crate::schedule::WarmupCosine;
+
+/// Optimiser settings of one parameter group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GroupConfig {
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Decoupled weight decay (AdamW).
+    pub weight_decay: f64,
+    /// Learning rate at the end of the cosine.
+    pub min_lr: f64,
+    /// Global gradient-norm bound of the group (none: no clipping).
+    pub clip: Option<f64>,
+}
+
+/// Settings of a pre-training run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PretrainConfig {
+    /// Backbone, head, method and loss.
+    pub model: ContrastiveConfig,
+    /// Passes over the training images.
+    pub epochs: usize,
+    /// Images per step (each gives two views); the last partial batch of an epoch is dropped.
+    pub batch_size: usize,
+    /// Warm-up epochs (linear, per iteration).
+    pub warmup_epochs: usize,
+    /// Seed of the initialisation, the shuffles and the augmentations.
+    pub seed: u64,
+    /// The backbone's group.
+    pub backbone: GroupConfig,
+    /// The head's group.
+    pub head: GroupConfig,
+}
+
+impl PretrainConfig {
+    /// Checks every setting.
+    pub fn validate(&self) -> Result<()> {
+        self.model.validate()?;
+        if self.epochs == 0 || self.batch_size < 2 {
+            return Err(ClrError::invalid(
+                "epochs / batch_size",
+                format!("{} / {}", self.epochs, self.batch_size),
+                "epochs >= 1 and batch_size >= 2",
+            ));
+        }
+        for (name, g) in [("backbone", self.backbone), ("head", self.head)] {
+            self.schedule(&g, 1).validate()?;
+            if !(g.weight_decay >= 0.0 && g.weight_decay.is_finite()) {
+                return Err(ClrError::invalid(name, g.weight_decay, "weight decay >= 0"));
+            }
+            if let Some(c) = g.clip
+                && !(c > 0.0 && c.is_finite())
+            {
+                return Err(ClrError::invalid(name, c, "clip > 0"));
+            }
+        }
+        if self.warmup_epochs > self.epochs {
+            return Err(ClrError::invalid(
+                "warmup_epochs",
+                self.warmup_epochs,
+                format!("at most epochs ({})", self.epochs),
+            ));
+        }
+        Ok(())
+    }
+
+    fn schedule(&self, g: &GroupConfig, steps_per_epoch: usize) -> WarmupCosine {
+        WarmupCosine {
+            base: g.lr,
+            min: g.min_lr,
+            warmup: self.warmup_epochs * steps_per_epoch,
+            total: self.epochs * steps_per_epoch,
+        }
+    }
+}
+
+/// Training images as pairs of augmented views.
+pub trait ViewSource: Sync {
+    /// Number of images.
+    fn len(&self) -> usize;
+    /// Whether there is none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Shape of one view, [C, H, W].
+    fn shape(&self) -> [usize; 3];
+    /// Both views of the images `indices` in `epoch`, `[len, C, H, W]` floats each, a function of
+    /// (seed, epoch, index) only.
+    fn views(&self, indices: &[usize], epoch: usize) -> Result<[Vec<f32>; 2]>;
+}
+
+/// One optimisation step's figures.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepLog {
+    /// Steps done, this one included.
+    pub step: usize,
+    /// 1-based epoch.
+    pub epoch: usize,
+    /// The InfoNCE loss.
+    pub loss_nce: f64,
+    /// The backbone's learning rate.
+    pub lr: f64,
+    /// Global gradient norm of the backbone before clipping.
+    pub grad_norm: f64,
+    /// Images (pairs of views) per second over the step, data included.
+    pub images_per_second: f64,
+}
+
+/// What runs around the loop.
+pub trait PretrainHooks<B: AutodiffBackend> {
+    /// After every step.
+    fn step(&mut self, log: &StepLog) -> Result<()>;
+    /// After every epoch (1-based), once its checkpoint is written.
+    fn epoch_end(&mut self, epoch: usize, model: &ContrastiveModel<B>) -> Result<()>;
+}
+
+type Adam<B> = OptimizerAdaptor<AdamW, ContrastiveModel<B>, B>;
+
+/// Where training stands, written with every checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Epochs completed.
+    pub epochs_done: usize,
+    /// Steps completed.
+    pub steps_done: usize,
+    /// Training seconds so far.
+    pub train_seconds: f64,
+}
+
+/// The model, its optimisers and where training stands.
+pub struct Pretrainer<B: AutodiffBackend> {
+    /// The model being trained.
+    pub model: ContrastiveModel<B>,
+    opt_backbone: Adam<B>,
+    opt_head: Adam<B>,
+    /// Progress.
+    pub state: TrainState,
+    config: PretrainConfig,
+}
+
+fn adamw<B: AutodiffBackend>(g: &GroupConfig) -> Adam<B> {
+    AdamWConfig::new()
+        .with_beta_1(0.9)
+        .with_beta_2(0.999)
+        .with_epsilon(1e-8)
+        .with_weight_decay(g.weight_decay as f32)
+        .init()
+}
+
+impl<B: AutodiffBackend> Pretrainer<B> {
+    /// A fresh run: the model initialised from the seed.
+    pub fn new(config: PretrainConfig, device: &B::Device) -> Result<Self> {
+        config.validate()?;
+        B::seed(device, config.seed);
+        let model = config.model.init::<B>(device)?;
+        Ok(Self {
+            model,
+            opt_backbone: adamw(&config.backbone),
+            opt_head: adamw(&config.head),
+            state: TrainState {
+                epochs_done: 0,
+                steps_done: 0,
+                train_seconds: 0.0,
+            },
+            config,
+        })
+    }
+
+    /// The run's settings.
+    pub fn config(&self) -> &PretrainConfig {
+        &self.config
+    }
+
+    /// Trains until `config.epochs` (from where the state stands), writing a checkpoint into
+    /// `checkpoints` after every epoch. A non-finite loss stops with an error before the step is
+    /// applied; the last checkpoint is the last good state.
+    pub fn run(
+        &mut self,
+        data: &dyn ViewSource,
+        checkpoints: &Path,
+        hooks: &mut dyn PretrainHooks<B>,
+        device: &B::Device,
+    ) -> Result<()> {
+        let c = self.config.clone();
+        if data.shape()[0] != c.model.in_channels {
+            return Err(ClrError::invalid(
+                "views",
+                format!("{:?}", data.shape()),
+                format!("{} channels (the backbone's)", c.model.in_channels),
+            ));
+        }
+        let per_epoch = data.len() / c.batch_size;
+        if per_epoch == 0 {
+            return Err(ClrError::invalid(
+                "training images",
+                data.len(),
+                format!("at least one batch of {}", c.batch_size),
+            ));
+        }
+        let (s_backbone, s_head) = (
+            c.schedule(&c.backbone, per_epoch),
+            c.schedule(&c.head, per_epoch),
+        );
+        let [ch, h, w] = data.shape();
+        for epoch in self.state.epochs_done..c.epochs {
+            let start = Instant::now();
+            let mut order: Vec<usize> = (0..data.len()).collect();
+            order.shuffle(&mut StdRng::seed_from_u64(
+                c.seed ^ (epoch as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ));
+            for batch in order.chunks_exact(c.batch_size) {
+                let t = Instant::now();
+                let [v0, v1] = data.views(batch, epoch)?;
+                let n = batch.len();
+                let v0 = Tensor::<B, 4>::from_data(TensorData::new(v0, [n, ch, h, w]), device);
+                let v1 = Tensor::<B, 4>::from_data(TensorData::new(v1, [n, ch, h, w]), device);
+                let out = self.model.step(v0, v1)?;
+                let loss = out.loss.clone().into_scalar().to_f64();
+                let step = self.state.steps_done;
+                if !loss.is_finite() {
+                    return Err(ClrError::Diverged {
+                        epoch: epoch + 1,
+                        step: step + 1,
+                        value: loss,
+                    });
+                }
+                let mut grads = out.loss.backward();
+                let mut g_backbone = GradientsParams::from_module(&mut grads, &self.model.backbone);
+                let mut g_head = GradientsParams::from_module(&mut grads, &self.model.head);
+                let grad_norm =
+                    clip_global_norm(&self.model.backbone, &mut g_backbone, c.backbone.clip);
+                clip_global_norm(&self.model.head, &mut g_head, c.head.clip);
+                let lr = s_backbone.lr(step);
+                let model = self.model.clone();
+                let model = self.opt_backbone.step(lr, model, g_backbone);
+                self.model = self.opt_head.step(s_head.lr(step), model, g_head);
+                self.state.steps_done += 1;
+                hooks.step(&StepLog {
+                    step: self.state.steps_done,
+                    epoch: epoch + 1,
+                    loss_nce: loss,
+                    lr,
+                    grad_norm,
+                    images_per_second: n as f64 / t.elapsed().as_secs_f64(),
+                })?;
+            }
+            self.state.epochs_done = epoch + 1;
+            self.state.train_seconds += start.elapsed().as_secs_f64();
+            self.save(checkpoints)?;
+            hooks.epoch_end(epoch + 1, &self.model)?;
+        }
+        Ok(())
+    }
+
+    /// Writes model, optimisers and state into `dir` atomically: into a fresh sibling folder
+    /// first, which then replaces `dir`.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let tmp = dir.with_extension("partial");
+        let io = |e: std::io::Error, p: &Path| ClrError::Io {
+            path: p.to_path_buf(),
+            source: e,
+        };
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| io(e, &tmp))?;
+        let rec = BinFileRecorder::<FullPrecisionSettings>::new();
+        let record_err = |e: burn::record::RecorderError| ClrError::Checkpoint(e.to_string());
+        self.model
+            .clone()
+            .save_file(tmp.join("model"), &rec)
+            .map_err(record_err)?;
+        Recorder::<B>::record(&rec, self.opt_backbone.to_record(), tmp.join("optim-backbone"))
+            .map_err(record_err)?;
+        Recorder::<B>::record(&rec, self.opt_head.to_record(), tmp.join("optim-head"))
+            .map_err(record_err)?;
+        let state = serde_json::to_string_pretty(&self.state).expect("state serialises");
+        std::fs::write(tmp.join("state.json"), state).map_err(|e| io(e, &tmp))?;
+        let old = dir.with_extension("old");
+        let _ = std::fs::remove_dir_all(&old);
+        if dir.exists() {
+            std::fs::rename(dir, &old).map_err(|e| io(e, dir))?;
+        }
+        std::fs::rename(&tmp, dir).map_err(|e| io(e, dir))?;
+        let _ = std::fs::remove_dir_all(&old);
+        Ok(())
+    }
+
+    /// A run continued from the checkpoint in `dir` (written by [`Pretrainer::save`] with the same
+    /// settings).
+    pub fn resume(config: PretrainConfig, dir: &Path, device: &B::Device) -> Result<Self> {
+        let mut fresh = Self::new(config, device)?;
+        let rec = BinFileRecorder::<FullPrecisionSettings>::new();
+        let record_err = |e: burn::record::RecorderError| ClrError::Checkpoint(e.to_string());
+        fresh.model = fresh
+            .model
+            .load_file(dir.join("model"), &rec, device)
+            .map_err(record_err)?;
+        fresh.opt_backbone = fresh.opt_backbone.load_record(
+            Recorder::<B>::load(&rec, dir.join("optim-backbone"), device).map_err(record_err)?,
+        );
+        fresh.opt_head = fresh.opt_head.load_record(
+            Recorder::<B>::load(&rec, dir.join("optim-head"), device).map_err(record_err)?,
+        );
+        let path = dir.join("state.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| ClrError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        fresh.state = serde_json::from_str(&text)
+            .map_err(|e| ClrError::Checkpoint(format!("{}: {e}", path.display())))?;
+        Ok(fresh)
+    }
+
+    /// The backbone in evaluation mode (batch-norm running statistics, no graph).
+    pub fn eval_backbone(&self) -> crate::ResNet18<B::InnerBackend> {
+        self.model.backbone.valid()
+    }
+}

@@ -1,0 +1,79 @@
+//! Settings of an image pre-training run (`configs/<dataset>-<method>[-cpu].toml`).
+
+use std::path::PathBuf;
+
+use manifoldclr::{PretrainConfig, ProbeConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CliError, Result};
+
+/// The data sets `vlgo pretrain` reads.
+pub const DATASETS: [&str; 4] = ["cifar10", "stl10", "tinyimagenet", "fashion-mnist"];
+
+/// Everything a pre-training run and its evaluation need; the resolved copy is the run folder's
+/// `config.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageRunConfig {
+    /// `cifar10`, `stl10`, `tinyimagenet` or `fashion-mnist`.
+    pub dataset: String,
+    /// The data set's folder (`--data-dir`); for Fashion-MNIST the Debian package's folder when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Side of the augmented views.
+    pub image_size: usize,
+    /// Use only the first this many training images (0: all), for quick runs.
+    #[serde(default)]
+    pub train_limit: usize,
+    /// Use only the first this many test images (0: all), for quick runs.
+    #[serde(default)]
+    pub test_limit: usize,
+    /// The training loop.
+    pub pretrain: PretrainConfig,
+    /// The kNN monitor: every this many epochs (0: never) ...
+    pub knn_every: usize,
+    /// ... with this many neighbours ...
+    pub knn_k: usize,
+    /// ... on at most this many training and test images (0: all).
+    pub monitor_limit: usize,
+    /// The final linear probe.
+    pub probe: ProbeConfig,
+    /// Images per batch when embedding for evaluation.
+    pub eval_batch: usize,
+    /// Also probe raw pixels and the randomly initialised backbone.
+    pub baselines: bool,
+}
+
+impl ImageRunConfig {
+    /// Reads a TOML file.
+    pub fn load(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(CliError::io(path))?;
+        toml::from_str(&text).map_err(|e| {
+            CliError::invalid("config", path.display(), format!("expected a valid config: {e}"))
+        })
+    }
+
+    /// Checks every setting.
+    pub fn validate(&self) -> Result<()> {
+        if !DATASETS.contains(&self.dataset.as_str()) {
+            return Err(CliError::invalid(
+                "dataset",
+                format!("{:?}", self.dataset),
+                format!("one of {}", DATASETS.join(", ")),
+            ));
+        }
+        self.pretrain.validate()?;
+        for (name, v) in [
+            ("image_size", self.image_size),
+            ("knn_k", self.knn_k),
+            ("eval_batch", self.eval_batch),
+            ("probe.epochs", self.probe.epochs),
+            ("probe.batch_size", self.probe.batch_size),
+        ] {
+            if v == 0 {
+                return Err(CliError::invalid(name, 0, "must be >= 1"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,290 @@
+//! `vlgo pretrain`, `vlgo probe` and `vlgo knn`: contrastive pre-training of a ResNet-18 on an
+//! image data set, and the evaluation of its frozen features.
+
+pub mod config;
+pub mod data;
+
+use std::path::Path;
+
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use indicatif::{ProgressBar, ProgressStyle};
+use manifoldclr::{
+    Accuracy, ContrastiveModel, Features, PretrainHooks, Pretrainer, ResNet18, StepLog,
+    extract_features, knn, linear_probe,
+};
+use serde_json::json;
+
+pub use config::ImageRunConfig;
+use data::{AugmentedViews, ImageData, has_checkpoint, subset};
+
+use crate::error::{CliError, Result};
+use crate::plot::{Series, line_chart};
+use crate::run_folder::{JsonLines, RunFolder};
+
+/// Writes metrics, shows progress and runs the kNN monitor.
+struct Hooks<'a, B: AutodiffBackend> {
+    bar: ProgressBar,
+    metrics: JsonLines,
+    config: &'a ImageRunConfig,
+    data: &'a ImageData,
+    device: B::Device,
+    /// (train seconds, kNN top-1) after each monitored epoch.
+    curve: Vec<(f64, f64)>,
+    rates: Vec<f64>,
+}
+
+impl<B: AutodiffBackend> PretrainHooks<B> for Hooks<'_, B> {
+    fn step(&mut self, log: &StepLog) -> manifoldclr::Result<()> {
+        self.bar.inc(1);
+        self.bar.set_message(format!(
+            "epoch {} loss {:.4} lr {:.2e} {:.0} img/s",
+            log.epoch, log.loss_nce, log.lr, log.images_per_second
+        ));
+        self.rates.push(log.images_per_second);
+        let line = serde_json::to_value(log).expect("a step log serialises");
+        self.metrics.write(&line).map_err(to_clr)
+    }
+
+    fn epoch_end(&mut self, epoch: usize, model: &ContrastiveModel<B>) -> manifoldclr::Result<()> {
+        let c = self.config;
+        if c.knn_every == 0 || epoch % c.knn_every != 0 {
+            return Ok(());
+        }
+        let backbone = burn::module::AutodiffModule::valid(&model.backbone);
+        let acc = monitor_knn::<B::InnerBackend>(&backbone, self.data, c, &self.device)
+            .map_err(to_clr)?;
+        let seconds = self.bar.elapsed().as_secs_f64();
+        self.curve.push((seconds, acc.top1));
+        self.bar
+            .println(format!("epoch {epoch}: kNN top-1 {:.2}%", acc.top1));
+        self.metrics
+            .write(&json!({"epoch": epoch, "knn_top1": acc.top1, "knn_top5": acc.top5,
+                           "elapsed_seconds": seconds}))
+            .map_err(to_clr)
+    }
+}
+
+fn to_clr(e: CliError) -> manifoldclr::ClrError {
+    manifoldclr::ClrError::Checkpoint(e.to_string())
+}
+
+/// Features of every image of `set` under the evaluation transform.
+fn embed<B: Backend>(
+    backbone: &ResNet18<B>,
+    set: &vlgo_datasets::ImageSet,
+    data: &ImageData,
+    config: &ImageRunConfig,
+    device: &B::Device,
+) -> Result<Features> {
+    let transform = data.eval_transform(config)?;
+    let images = transform.all(set)?;
+    let side = config.image_size.min(set.height.min(set.width));
+    Ok(extract_features(
+        backbone,
+        &images,
+        [set.channels, side, side],
+        &set.labels,
+        config.eval_batch,
+        device,
+    )?)
+}
+
+fn monitor_knn<B: Backend>(
+    backbone: &ResNet18<B>,
+    data: &ImageData,
+    config: &ImageRunConfig,
+    device: &B::Device,
+) -> Result<Accuracy> {
+    let limit = |n: usize| match config.monitor_limit {
+        0 => n,
+        l => l.min(n),
+    };
+    let train = subset(&data.train, limit(data.train.len()));
+    let test = subset(&data.test, limit(data.test.len()));
+    let f_train = embed(backbone, &train, data, config, device)?;
+    let f_test = embed(backbone, &test, data, config, device)?;
+    let k = config.knn_k.min(f_train.len());
+    Ok(knn::<B>(&f_train, &f_test, data.train.classes.len(), k, device)?)
+}
+
+/// Raw evaluation inputs as features (the raw-pixel baseline).
+fn pixels(set: &vlgo_datasets::ImageSet, data: &ImageData, config: &ImageRunConfig) -> Result<Features> {
+    let transform = data.eval_transform(config)?;
+    let values = transform.all(set)?;
+    let dim = transform.view_len();
+    Ok(Features::new(values, dim, set.labels.clone())?)
+}
+
+/// `vlgo pretrain`: trains, evaluates, writes the run folder; `resume` continues a run folder's
+/// checkpoint instead of starting one.
+pub fn pretrain<B: AutodiffBackend>(
+    config: &ImageRunConfig,
+    out: &Path,
+    resume: bool,
+    device: &B::Device,
+) -> Result<serde_json::Value> {
+    config.validate()?;
+    let data = ImageData::open(config)?;
+    let checkpoints = out.join("checkpoints");
+    let folder = if resume {
+        if !has_checkpoint(&checkpoints) {
+            return Err(CliError::invalid(
+                "--resume",
+                out.display(),
+                "a run folder with a checkpoint (checkpoints/state.json)",
+            ));
+        }
+        RunFolder::existing(out)?
+    } else {
+        RunFolder::create(out)?
+    };
+    let mut resolved = config.clone();
+    resolved.data_dir = Some(data.dir.clone());
+    folder.write_toml("config.toml", &resolved)?;
+    let augment = data.augment(config)?;
+    let views = AugmentedViews {
+        set: &data.train,
+        augment: &augment,
+        seed: config.pretrain.seed,
+        size: config.image_size,
+    };
+    let mut trainer = if resume {
+        Pretrainer::<B>::resume(config.pretrain.clone(), &checkpoints, device)?
+    } else {
+        Pretrainer::<B>::new(config.pretrain.clone(), device)?
+    };
+    let per_epoch = data.train.len() / config.pretrain.batch_size;
+    let total = (per_epoch * config.pretrain.epochs) as u64;
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} steps {per_sec} eta {eta} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(config.pretrain.model.method.to_string());
+    bar.set_position(trainer.state.steps_done as u64);
+    let mut hooks = Hooks::<B> {
+        bar,
+        metrics: if resume {
+            folder.jsonl_append("metrics.jsonl")?
+        } else {
+            folder.jsonl("metrics.jsonl")?
+        },
+        config,
+        data: &data,
+        device: device.clone(),
+        curve: Vec::new(),
+        rates: Vec::new(),
+    };
+    trainer.run(&views, &checkpoints, &mut hooks, device)?;
+    hooks.bar.finish();
+    let curve = hooks.curve.clone();
+    let mean_rate = if hooks.rates.is_empty() {
+        f64::NAN
+    } else {
+        hooks.rates.iter().sum::<f64>() / hooks.rates.len() as f64
+    };
+    let mut summary = json!({
+        "dataset": config.dataset,
+        "method": config.pretrain.model.method.to_string(),
+        "train_seconds": trainer.state.train_seconds,
+        "images_per_second": mean_rate,
+        "epochs": trainer.state.epochs_done,
+    });
+    evaluate::<B>(&trainer.eval_backbone(), &data, config, [true, true], &mut summary, device)?;
+    if config.baselines {
+        eprintln!("baselines: raw pixels and the randomly initialised backbone");
+        let raw = linear_probe::<B>(
+            &pixels(&data.train, &data, config)?,
+            &pixels(&data.test, &data, config)?,
+            data.train.classes.len(),
+            &config.probe,
+            device,
+        )?;
+        let random = Pretrainer::<B>::new(config.pretrain.clone(), device)?.eval_backbone();
+        let f_train = embed(&random, &data.train, &data, config, device)?;
+        let f_test = embed(&random, &data.test, &data, config, device)?;
+        let rand_acc =
+            linear_probe::<B>(&f_train, &f_test, data.train.classes.len(), &config.probe, device)?;
+        summary["baselines"] = json!({
+            "raw_pixels": {"top1": raw.top1, "top5": raw.top5},
+            "random_init": {"top1": rand_acc.top1, "top5": rand_acc.top5},
+        });
+    }
+    folder.write_json("summary.json", &summary)?;
+    if !curve.is_empty() {
+        let plots = folder.plots_dir()?;
+        line_chart(
+            &plots.join("knn_accuracy.png"),
+            "kNN top-1 during pre-training",
+            "seconds",
+            "top-1 (%)",
+            &[Series {
+                name: "kNN top-1",
+                points: curve,
+            }],
+            false,
+        )?;
+    }
+    Ok(summary)
+}
+
+/// The kNN (`which[0]`) and the linear probe (`which[1]`) of a backbone's frozen features, into
+/// `summary`.
+fn evaluate<B: AutodiffBackend>(
+    backbone: &ResNet18<B::InnerBackend>,
+    data: &ImageData,
+    config: &ImageRunConfig,
+    which: [bool; 2],
+    summary: &mut serde_json::Value,
+    device: &B::Device,
+) -> Result<()> {
+    eprintln!("embedding {} + {} images", data.train.len(), data.test.len());
+    let f_train = embed(backbone, &data.train, data, config, device)?;
+    let f_test = embed(backbone, &data.test, data, config, device)?;
+    let classes = data.train.classes.len();
+    if which[0] {
+        let k = config.knn_k.min(f_train.len());
+        let acc = knn::<B::InnerBackend>(&f_train, &f_test, classes, k, device)?;
+        summary["knn"] = json!({"k": k, "top1": acc.top1, "top5": acc.top5});
+    }
+    if which[1] {
+        eprintln!("linear probe: {} epochs", config.probe.epochs);
+        let acc = linear_probe::<B>(&f_train, &f_test, classes, &config.probe, device)?;
+        summary["linear_probe"] = json!({"top1": acc.top1, "top5": acc.top5});
+    }
+    Ok(())
+}
+
+/// `vlgo probe --run DIR` (`probe`) and `vlgo knn --run DIR`: evaluates the run's last checkpoint
+/// and updates its `summary.json`.
+pub fn evaluate_run<B: AutodiffBackend>(
+    run: &Path,
+    probe: bool,
+    device: &B::Device,
+) -> Result<serde_json::Value> {
+    let config = ImageRunConfig::load(&run.join("config.toml"))?;
+    config.validate()?;
+    let data = ImageData::open(&config)?;
+    let checkpoints = run.join("checkpoints");
+    if !has_checkpoint(&checkpoints) {
+        return Err(CliError::invalid(
+            "--run",
+            run.display(),
+            "a run folder with a checkpoint (checkpoints/state.json)",
+        ));
+    }
+    let trainer = Pretrainer::<B>::resume(config.pretrain.clone(), &checkpoints, device)?;
+    let path = run.join("summary.json");
+    let mut summary: serde_json::Value = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            CliError::invalid("summary.json", path.display(), format!("valid JSON: {e}"))
+        })?,
+        Err(_) => json!({}),
+    };
+    let which = [!probe, probe];
+    evaluate::<B>(&trainer.eval_backbone(), &data, &config, which, &mut summary, device)?;
+    RunFolder::existing(run)?.write_json("summary.json", &summary)?;
+    Ok(summary)
+}
