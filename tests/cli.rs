@@ -184,3 +184,135 @@ fn a_short_swiss_roll_run_writes_its_folder_and_learns() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+const TINY_CONFIG: &str = r#"
+dataset = "fashion-mnist"
+image_size = 12
+knn_every = 1
+knn_k = 5
+monitor_limit = 0
+eval_batch = 16
+baselines = true
+
+[pretrain]
+epochs = 2
+batch_size = 8
+warmup_epochs = 1
+seed = 3
+
+[pretrain.model]
+method = "simclr-mlp"
+width = 2
+in_channels = 1
+max_pool = false
+head_hidden = 16
+head_output = 8
+temperature = 0.5
+direct_dims = 8
+
+[pretrain.backbone]
+lr = 3e-3
+weight_decay = 1e-5
+min_lr = 1e-5
+
+[pretrain.head]
+lr = 3e-3
+weight_decay = 1e-5
+min_lr = 1e-5
+
+[probe]
+epochs = 3
+lr = 1e-2
+final_lr = 1e-5
+batch_size = 16
+weight_decay = 5e-6
+seed = 0
+"#;
+
+/// A fixture data set in Fashion-MNIST's files and a config for it.
+fn fixture(dir: &Path) -> (String, String) {
+    let data = dir.join("data");
+    let train = vlgo_datasets::fixtures::synthetic(1, 12, 12, 10, 24, 1);
+    let test = vlgo_datasets::fixtures::synthetic(1, 12, 12, 10, 10, 2);
+    vlgo_datasets::fixtures::write_idx_dataset(&data, &train, &test).unwrap();
+    let config = dir.join("tiny.toml");
+    std::fs::write(&config, TINY_CONFIG).unwrap();
+    (
+        config.display().to_string(),
+        data.display().to_string(),
+    )
+}
+
+#[test]
+fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
+    let dir = std::env::temp_dir().join(format!("vlgo-cli-pretrain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (config, data) = fixture(&dir);
+    let run = dir.join("run");
+    let run_s = run.display().to_string();
+    let out = vlgo(&["pretrain", "--config", &config, "--data-dir", &data, "--out", &run_s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for file in ["config.toml", "metrics.jsonl", "summary.json", "plots/knn_accuracy.png"] {
+        assert!(run.join(file).is_file(), "{file} missing");
+    }
+    assert!(run.join("checkpoints/state.json").is_file());
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    for key in [
+        "/train_seconds",
+        "/images_per_second",
+        "/linear_probe/top1",
+        "/linear_probe/top5",
+        "/knn/top1",
+        "/baselines/raw_pixels/top1",
+        "/baselines/random_init/top1",
+    ] {
+        let v = summary.pointer(key).and_then(Value::as_f64);
+        assert!(v.is_some_and(f64::is_finite), "{key}: {v:?}");
+    }
+    let top1 = summary["linear_probe"]["top1"].as_f64().unwrap();
+    assert!((0.0..=100.0).contains(&top1));
+    // 24 images in batches of 8 for 2 epochs: 6 step lines, plus 2 kNN lines.
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(lines.lines().filter(|l| l.contains("loss_nce")).count(), 6);
+    assert_eq!(lines.lines().filter(|l| l.contains("knn_top1")).count(), 2);
+
+    // probe and knn re-evaluate the checkpoint and keep the other keys.
+    let out = vlgo(&["probe", "--run", &run_s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let again: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(again["linear_probe"], summary["linear_probe"], "same features, same probe");
+    assert_eq!(again["baselines"], summary["baselines"]);
+    let out = vlgo(&["knn", "--run", &run_s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // The run folder is never overwritten.
+    let out = vlgo(&["pretrain", "--config", &config, "--data-dir", &data, "--out", &run_s]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_truncated_data_file_is_named_by_pretrain() {
+    let dir = std::env::temp_dir().join(format!("vlgo-cli-truncated-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (config, data) = fixture(&dir);
+    let images = Path::new(&data).join("train-images-idx3-ubyte.gz");
+    let bytes = std::fs::read(&images).unwrap();
+    std::fs::write(&images, &bytes[..bytes.len() / 2]).unwrap();
+    let run = dir.join("run").display().to_string();
+    let out = vlgo(&["pretrain", "--config", &config, "--data-dir", &data, "--out", &run]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("train-images-idx3-ubyte.gz"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Nothing was started: no run folder.
+    assert!(!Path::new(&run).exists());
+    rejected(
+        &["pretrain", "--config", &config, "--set", "pretrain.model.method=\"simclr\""],
+        &["simclr-mlp"],
+    );
+    rejected(&["pretrain"], &["--config"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

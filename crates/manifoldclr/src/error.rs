@@ -15,14 +15,16 @@ pub enum ClrError {
         /// What it must satisfy.
         expected: String,
     },
-    /// The loss stopped being finite.
-    #[error("training diverged at epoch {epoch}, step {step}: the loss is {value}")]
+    /// The loss or the gradients stopped being finite.
+    #[error("training diverged at epoch {epoch}, step {step}: the {what} is {value}")]
     Diverged {
         /// 1-based epoch.
         epoch: usize,
         /// 1-based step.
         step: usize,
-        /// The loss.
+        /// What stopped being finite.
+        what: &'static str,
+        /// Its value.
         value: f64,
     },
     /// A file or folder that could not be written or read.

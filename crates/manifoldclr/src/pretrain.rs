@@ -196,8 +196,8 @@ impl<B: AutodiffBackend> Pretrainer<B> {
     }
 
     /// Trains until `config.epochs` (from where the state stands), writing a checkpoint into
-    /// `checkpoints` after every epoch. A non-finite loss stops with an error before the step is
-    /// applied; the last checkpoint is the last good state.
+    /// `checkpoints` after every epoch. A non-finite loss or gradient norm stops with an error
+    /// before the step is applied; the last checkpoint is the last good state.
     pub fn run(
         &mut self,
         data: &dyn ViewSource,
@@ -241,19 +241,29 @@ impl<B: AutodiffBackend> Pretrainer<B> {
                 let out = self.model.step(v0, v1)?;
                 let loss = out.loss.clone().into_scalar().to_f64();
                 let step = self.state.steps_done;
+                let diverged = |what, value| ClrError::Diverged {
+                    epoch: epoch + 1,
+                    step: step + 1,
+                    what,
+                    value,
+                };
                 if !loss.is_finite() {
-                    return Err(ClrError::Diverged {
-                        epoch: epoch + 1,
-                        step: step + 1,
-                        value: loss,
-                    });
+                    return Err(diverged("loss", loss));
                 }
                 let mut grads = out.loss.backward();
                 let mut g_backbone = GradientsParams::from_module(&mut grads, &self.model.backbone);
                 let mut g_head = GradientsParams::from_module(&mut grads, &self.model.head);
                 let grad_norm =
                     clip_global_norm(&self.model.backbone, &mut g_backbone, c.backbone.clip);
-                clip_global_norm(&self.model.head, &mut g_head, c.head.clip);
+                let head_norm = clip_global_norm(&self.model.head, &mut g_head, c.head.clip);
+                // A NaN input can leave the loss finite (ReLU maps NaN to 0) and still poison
+                // the weights through their gradients: check those too, before the step.
+                if !grad_norm.is_finite() {
+                    return Err(diverged("backbone gradient norm", grad_norm));
+                }
+                if !head_norm.is_finite() {
+                    return Err(diverged("head gradient norm", head_norm));
+                }
                 let lr = s_backbone.lr(step);
                 let model = self.model.clone();
                 let model = self.opt_backbone.step(lr, model, g_backbone);

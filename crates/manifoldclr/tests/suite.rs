@@ -374,3 +374,140 @@ fn the_probe_and_knn_separate_linearly_separable_features() {
     assert!(manifoldclr::knn::<B>(&train, &test, 3, 0, &device).is_err());
     assert!(manifoldclr::Features::new(vec![f32::NAN; 8], 8, vec![0]).is_err());
 }
+
+/// Deterministic views: image i of epoch e is a fixed pattern of (i, e) (what keyed
+/// augmentations give), so two runs see the same data.
+struct Patterns;
+
+impl manifoldclr::ViewSource for Patterns {
+    fn len(&self) -> usize {
+        12
+    }
+    fn shape(&self) -> [usize; 3] {
+        [1, 8, 8]
+    }
+    fn views(&self, indices: &[usize], epoch: usize) -> manifoldclr::Result<[Vec<f32>; 2]> {
+        let view = |v: usize| -> Vec<f32> {
+            indices
+                .iter()
+                .flat_map(|&i| {
+                    (0..64).map(move |p| (((i * 7 + p * (v + 1) + epoch * 3) % 11) as f32) / 11.0)
+                })
+                .collect()
+        };
+        Ok([view(0), view(1)])
+    }
+}
+
+struct StopAfter(Option<usize>);
+
+impl manifoldclr::PretrainHooks<AD> for StopAfter {
+    fn step(&mut self, log: &manifoldclr::StepLog) -> manifoldclr::Result<()> {
+        assert!(log.loss_nce.is_finite());
+        Ok(())
+    }
+    fn epoch_end(
+        &mut self,
+        epoch: usize,
+        _: &manifoldclr::ContrastiveModel<AD>,
+    ) -> manifoldclr::Result<()> {
+        match self.0 {
+            Some(stop) if epoch == stop => Err(manifoldclr::ClrError::Checkpoint("stopped".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn tiny_run() -> manifoldclr::PretrainConfig {
+    let group = manifoldclr::GroupConfig {
+        lr: 1e-2,
+        weight_decay: 1e-5,
+        min_lr: 1e-4,
+        clip: Some(1.0),
+    };
+    manifoldclr::PretrainConfig {
+        model: ContrastiveConfig {
+            width: 2,
+            in_channels: 1,
+            head_hidden: 8,
+            head_output: 4,
+            ..ContrastiveConfig::new(Method::SimClrMlp)
+        },
+        epochs: 3,
+        batch_size: 4,
+        warmup_epochs: 1,
+        seed: 5,
+        backbone: group,
+        head: manifoldclr::GroupConfig { clip: None, ..group },
+    }
+}
+
+fn params(model: &manifoldclr::ContrastiveModel<AD>) -> Vec<f32> {
+    struct All(Vec<f32>);
+    impl burn::module::ModuleVisitor<AD> for All {
+        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<AD, D>>) {
+            self.0.extend(p.val().into_data().to_vec::<f32>().unwrap());
+        }
+    }
+    let mut all = All(Vec::new());
+    model.visit(&mut all);
+    all.0
+}
+
+#[test]
+fn resume_continues_exactly_as_an_uninterrupted_run() {
+    let device = Default::default();
+    let dir = std::env::temp_dir().join(format!("manifoldclr-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (straight_dir, cut_dir) = (dir.join("straight"), dir.join("cut"));
+
+    let mut straight = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
+    straight.run(&Patterns, &straight_dir, &mut StopAfter(None), &device).unwrap();
+    assert_eq!(straight.state.steps_done, 9);
+
+    let mut cut = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
+    let e = cut.run(&Patterns, &cut_dir, &mut StopAfter(Some(1)), &device).unwrap_err();
+    assert!(e.to_string().contains("stopped"));
+    drop(cut);
+    let mut resumed = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &cut_dir, &device).unwrap();
+    assert_eq!(resumed.state.epochs_done, 1);
+    assert_eq!(resumed.state.steps_done, 3);
+    resumed.run(&Patterns, &cut_dir, &mut StopAfter(None), &device).unwrap();
+    assert_eq!(params(&resumed.model), params(&straight.model));
+    // And training moved the parameters.
+    let fresh = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
+    assert_ne!(params(&fresh.model), params(&straight.model));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_diverging_loss_stops_with_an_error_and_keeps_the_last_checkpoint() {
+    struct Poison;
+    impl manifoldclr::ViewSource for Poison {
+        fn len(&self) -> usize {
+            12
+        }
+        fn shape(&self) -> [usize; 3] {
+            [1, 8, 8]
+        }
+        fn views(&self, indices: &[usize], epoch: usize) -> manifoldclr::Result<[Vec<f32>; 2]> {
+            let [a, b] = Patterns.views(indices, epoch)?;
+            // The second epoch's data is NaN.
+            let poison = |v: Vec<f32>| {
+                if epoch == 1 { vec![f32::NAN; v.len()] } else { v }
+            };
+            Ok([poison(a), poison(b)])
+        }
+    }
+    let device = Default::default();
+    let dir = std::env::temp_dir().join(format!("manifoldclr-nan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut run = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
+    let e = run.run(&Poison, &dir, &mut StopAfter(None), &device).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("diverged at epoch 2, step 4"), "{msg}");
+    assert!(msg.contains("NaN"), "{msg}");
+    let kept = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &dir, &device).unwrap();
+    assert_eq!(kept.state.epochs_done, 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
