@@ -1,0 +1,103 @@
+//! Images per second of a SimCLR training step (ResNet-18 with the CIFAR stem, MLP head, cosine
+//! InfoNCE, AdamW; two views per image) on the CPU backends, split into where the time goes:
+//! data (the two augmented views of the batch), forward (backbone, head and loss), backward,
+//! optimiser. The setting of `pytorch_anchors.py --only step`, whose figures belong beside
+//! these (same machine, same sitting).
+//!
+//! `cargo bench --bench step [-- --backend flex|ndarray --batch N --reps R --only 32|28]`.
+//! Defaults: both backends, the anchors' batches (128 at 3 x 32 x 32, width 64; 256 at
+//! 1 x 28 x 28, width 32), one timed step after one warm-up. Throughput per image barely
+//! depends on the batch here (the convolutions cost per image), so `--batch` can shorten a
+//! slow backend's run; the printed figures say which batch was used.
+
+use std::time::Instant;
+
+use burn::backend::Autodiff;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use manifoldclr::{ContrastiveConfig, Method};
+use vlgo_datasets::fixtures::synthetic;
+use vlgo_datasets::{Augment, AugmentConfig, Normalization};
+
+fn arg(name: &str) -> Option<String> {
+    let argv: Vec<String> = std::env::args().collect();
+    argv.iter()
+        .position(|a| a == name)
+        .and_then(|k| argv.get(k + 1).cloned())
+}
+
+fn bench<B: AutodiffBackend>(label: &str, channels: usize, side: usize, width: usize, batch: usize, reps: usize) {
+    let device = B::Device::default();
+    B::seed(&device, 0);
+    let config = ContrastiveConfig {
+        width,
+        in_channels: channels,
+        ..ContrastiveConfig::new(Method::SimClrMlp)
+    };
+    let mut model = config.init::<B>(&device).unwrap();
+    let mut optim = AdamWConfig::new().with_epsilon(1e-8).init();
+    let set = synthetic(channels, side, side, 10, batch, 1);
+    let norm = Normalization {
+        mean: vec![0.5; channels],
+        std: vec![0.25; channels],
+    };
+    let augment = Augment::new(AugmentConfig::simclr(side), norm, channels, side, side).unwrap();
+    let indices: Vec<usize> = (0..batch).collect();
+    let mut totals = [0.0f64; 4];
+    for rep in 0..=reps {
+        let t = Instant::now();
+        let [a, b] = augment.two_views(&set, &indices, 0, rep as u64).unwrap();
+        let dims = [batch, channels, side, side];
+        let a = Tensor::<B, 4>::from_data(TensorData::new(a, dims), &device);
+        let b = Tensor::<B, 4>::from_data(TensorData::new(b, dims), &device);
+        let data = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let loss = model.step(a, b).unwrap().loss;
+        let _ = loss.clone().into_scalar();
+        let forward = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let backward = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        model = optim.step(1e-3, model, grads);
+        // The optimiser's update is lazy on some backends: read a parameter back.
+        let _ = model.head.clone().into_record();
+        let optimiser = t.elapsed().as_secs_f64();
+        if rep > 0 {
+            for (s, v) in totals.iter_mut().zip([data, forward, backward, optimiser]) {
+                *s += v / reps as f64;
+            }
+        }
+    }
+    let step: f64 = totals.iter().sum();
+    println!(
+        "| {label} | width {width}, {channels}x{side}x{side}, batch {batch} | {:.1} | {:.2} | {:.2} / {:.2} / {:.2} / {:.2} |",
+        batch as f64 / step,
+        step,
+        totals[0],
+        totals[1],
+        totals[2],
+        totals[3]
+    );
+}
+
+fn main() {
+    let reps: usize = arg("--reps").map_or(1, |r| r.parse().expect("--reps takes an integer"));
+    let backend = arg("--backend");
+    let only = arg("--only");
+    println!("| backend | setting | images/s | s/step | data / forward / backward / optimiser, s |");
+    println!("|---|---|---|---|---|");
+    for (channels, side, width, default_batch) in [(3, 32, 64, 128), (1, 28, 32, 256)] {
+        if only.as_deref().is_some_and(|o| o != side.to_string()) {
+            continue;
+        }
+        let batch = arg("--batch").map_or(default_batch, |b| b.parse().expect("--batch takes an integer"));
+        if backend.as_deref().is_none_or(|b| b == "flex") {
+            bench::<Autodiff<burn::backend::Flex>>("flex", channels, side, width, batch, reps);
+        }
+        if backend.as_deref().is_none_or(|b| b == "ndarray") {
+            bench::<Autodiff<burn::backend::NdArray>>("ndarray", channels, side, width, batch, reps);
+        }
+    }
+}
