@@ -27,7 +27,14 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|k| argv.get(k + 1).cloned())
 }
 
-fn bench<B: AutodiffBackend>(label: &str, channels: usize, side: usize, width: usize, batch: usize, reps: usize) {
+fn bench<B: AutodiffBackend>(
+    label: &str,
+    channels: usize,
+    side: usize,
+    width: usize,
+    batch: usize,
+    reps: usize,
+) {
     let device = B::Device::default();
     B::seed(&device, 0);
     let config = ContrastiveConfig {
@@ -86,18 +93,24 @@ fn main() {
     let reps: usize = arg("--reps").map_or(1, |r| r.parse().expect("--reps takes an integer"));
     let backend = arg("--backend");
     let only = arg("--only");
-    println!("| backend | setting | images/s | s/step | data / forward / backward / optimiser, s |");
+    println!(
+        "| backend | setting | images/s | s/step | data / forward / backward / optimiser, s |"
+    );
     println!("|---|---|---|---|---|");
     for (channels, side, width, default_batch) in [(3, 32, 64, 128), (1, 28, 32, 256)] {
         if only.as_deref().is_some_and(|o| o != side.to_string()) {
             continue;
         }
-        let batch = arg("--batch").map_or(default_batch, |b| b.parse().expect("--batch takes an integer"));
+        let batch = arg("--batch").map_or(default_batch, |b| {
+            b.parse().expect("--batch takes an integer")
+        });
         if backend.as_deref().is_none_or(|b| b == "flex") {
             bench::<Autodiff<burn::backend::Flex>>("flex", channels, side, width, batch, reps);
         }
         if backend.as_deref().is_none_or(|b| b == "ndarray") {
-            bench::<Autodiff<burn::backend::NdArray>>("ndarray", channels, side, width, batch, reps);
+            bench::<Autodiff<burn::backend::NdArray>>(
+                "ndarray", channels, side, width, batch, reps,
+            );
         }
     }
 }

@@ -209,7 +209,9 @@ fn parse_pretrain(args: &[String]) -> Result<Command> {
             ));
         }
         (None, false) => {
-            let stem = path.file_stem().map_or("run".into(), |s| s.to_string_lossy());
+            let stem = path
+                .file_stem()
+                .map_or("run".into(), |s| s.to_string_lossy());
             PathBuf::from("runs").join(format!("{stem}-seed{}", config.pretrain.seed))
         }
     };

@@ -29,8 +29,12 @@ fn main() -> ExitCode {
             out,
             resume,
         } => {
-            let summary =
-                vlgo::pretrain::pretrain::<Autodiff<Cpu>>(&config, &out, resume, &Default::default())?;
+            let summary = vlgo::pretrain::pretrain::<Autodiff<Cpu>>(
+                &config,
+                &out,
+                resume,
+                &Default::default(),
+            )?;
             println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
             println!("run folder: {}", out.display());
             Ok(())

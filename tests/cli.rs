@@ -237,10 +237,7 @@ fn fixture(dir: &Path) -> (String, String) {
     vlgo_datasets::fixtures::write_idx_dataset(&data, &train, &test).unwrap();
     let config = dir.join("tiny.toml");
     std::fs::write(&config, TINY_CONFIG).unwrap();
-    (
-        config.display().to_string(),
-        data.display().to_string(),
-    )
+    (config.display().to_string(), data.display().to_string())
 }
 
 #[test]
@@ -250,9 +247,26 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
     let (config, data) = fixture(&dir);
     let run = dir.join("run");
     let run_s = run.display().to_string();
-    let out = vlgo(&["pretrain", "--config", &config, "--data-dir", &data, "--out", &run_s]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for file in ["config.toml", "metrics.jsonl", "summary.json", "plots/knn_accuracy.png"] {
+    let out = vlgo(&[
+        "pretrain",
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "--out",
+        &run_s,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in [
+        "config.toml",
+        "metrics.jsonl",
+        "summary.json",
+        "plots/knn_accuracy.png",
+    ] {
         assert!(run.join(file).is_file(), "{file} missing");
     }
     assert!(run.join("checkpoints/state.json").is_file());
@@ -279,16 +293,35 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
 
     // probe and knn re-evaluate the checkpoint and keep the other keys.
     let out = vlgo(&["probe", "--run", &run_s]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let again: Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(again["linear_probe"], summary["linear_probe"], "same features, same probe");
+    assert_eq!(
+        again["linear_probe"], summary["linear_probe"],
+        "same features, same probe"
+    );
     assert_eq!(again["baselines"], summary["baselines"]);
     let out = vlgo(&["knn", "--run", &run_s]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // The run folder is never overwritten.
-    let out = vlgo(&["pretrain", "--config", &config, "--data-dir", &data, "--out", &run_s]);
+    let out = vlgo(&[
+        "pretrain",
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "--out",
+        &run_s,
+    ]);
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -302,7 +335,15 @@ fn a_truncated_data_file_is_named_by_pretrain() {
     let bytes = std::fs::read(&images).unwrap();
     std::fs::write(&images, &bytes[..bytes.len() / 2]).unwrap();
     let run = dir.join("run").display().to_string();
-    let out = vlgo(&["pretrain", "--config", &config, "--data-dir", &data, "--out", &run]);
+    let out = vlgo(&[
+        "pretrain",
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "--out",
+        &run,
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("train-images-idx3-ubyte.gz"), "{err}");
@@ -310,9 +351,37 @@ fn a_truncated_data_file_is_named_by_pretrain() {
     // Nothing was started: no run folder.
     assert!(!Path::new(&run).exists());
     rejected(
-        &["pretrain", "--config", &config, "--set", "pretrain.model.method=\"simclr\""],
+        &[
+            "pretrain",
+            "--config",
+            &config,
+            "--set",
+            "pretrain.model.method=\"simclr\"",
+        ],
         &["simclr-mlp"],
     );
     rejected(&["pretrain"], &["--config"]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_shipped_config_parses_and_validates() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/configs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let config = vlgo::pretrain::ImageRunConfig::load(&path).unwrap();
+            config
+                .validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+            let method = config.pretrain.model.method.to_string();
+            assert!(
+                stem.starts_with(&format!("{}-{method}", config.dataset)),
+                "{stem}"
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 16);
 }

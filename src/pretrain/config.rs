@@ -49,7 +49,11 @@ impl ImageRunConfig {
     pub fn load(path: &std::path::Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(CliError::io(path))?;
         toml::from_str(&text).map_err(|e| {
-            CliError::invalid("config", path.display(), format!("expected a valid config: {e}"))
+            CliError::invalid(
+                "config",
+                path.display(),
+                format!("expected a valid config: {e}"),
+            )
         })
     }
 

@@ -48,7 +48,7 @@ impl<B: AutodiffBackend> PretrainHooks<B> for Hooks<'_, B> {
 
     fn epoch_end(&mut self, epoch: usize, model: &ContrastiveModel<B>) -> manifoldclr::Result<()> {
         let c = self.config;
-        if c.knn_every == 0 || epoch % c.knn_every != 0 {
+        if c.knn_every == 0 || !epoch.is_multiple_of(c.knn_every) {
             return Ok(());
         }
         let backbone = burn::module::AutodiffModule::valid(&model.backbone);
@@ -59,8 +59,10 @@ impl<B: AutodiffBackend> PretrainHooks<B> for Hooks<'_, B> {
         self.bar
             .println(format!("epoch {epoch}: kNN top-1 {:.2}%", acc.top1));
         self.metrics
-            .write(&json!({"epoch": epoch, "knn_top1": acc.top1, "knn_top5": acc.top5,
-                           "elapsed_seconds": seconds}))
+            .write(
+                &json!({"epoch": epoch, "knn_top1": acc.top1, "knn_top5": acc.top5,
+                           "elapsed_seconds": seconds}),
+            )
             .map_err(to_clr)
     }
 }
@@ -105,11 +107,21 @@ fn monitor_knn<B: Backend>(
     let f_train = embed(backbone, &train, data, config, device)?;
     let f_test = embed(backbone, &test, data, config, device)?;
     let k = config.knn_k.min(f_train.len());
-    Ok(knn::<B>(&f_train, &f_test, data.train.classes.len(), k, device)?)
+    Ok(knn::<B>(
+        &f_train,
+        &f_test,
+        data.train.classes.len(),
+        k,
+        device,
+    )?)
 }
 
 /// Raw evaluation inputs as features (the raw-pixel baseline).
-fn pixels(set: &vlgo_datasets::ImageSet, data: &ImageData, config: &ImageRunConfig) -> Result<Features> {
+fn pixels(
+    set: &vlgo_datasets::ImageSet,
+    data: &ImageData,
+    config: &ImageRunConfig,
+) -> Result<Features> {
     let transform = data.eval_transform(config)?;
     let values = transform.all(set)?;
     let dim = transform.view_len();
@@ -158,9 +170,11 @@ pub fn pretrain<B: AutodiffBackend>(
     let total = (per_epoch * config.pretrain.epochs) as u64;
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} steps {per_sec} eta {eta} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} steps {per_sec} eta {eta} {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_prefix(config.pretrain.model.method.to_string());
     bar.set_position(trainer.state.steps_done as u64);
@@ -192,7 +206,14 @@ pub fn pretrain<B: AutodiffBackend>(
         "images_per_second": mean_rate,
         "epochs": trainer.state.epochs_done,
     });
-    evaluate::<B>(&trainer.eval_backbone(), &data, config, [true, true], &mut summary, device)?;
+    evaluate::<B>(
+        &trainer.eval_backbone(),
+        &data,
+        config,
+        [true, true],
+        &mut summary,
+        device,
+    )?;
     if config.baselines {
         eprintln!("baselines: raw pixels and the randomly initialised backbone");
         let raw = linear_probe::<B>(
@@ -205,8 +226,13 @@ pub fn pretrain<B: AutodiffBackend>(
         let random = Pretrainer::<B>::new(config.pretrain.clone(), device)?.eval_backbone();
         let f_train = embed(&random, &data.train, &data, config, device)?;
         let f_test = embed(&random, &data.test, &data, config, device)?;
-        let rand_acc =
-            linear_probe::<B>(&f_train, &f_test, data.train.classes.len(), &config.probe, device)?;
+        let rand_acc = linear_probe::<B>(
+            &f_train,
+            &f_test,
+            data.train.classes.len(),
+            &config.probe,
+            device,
+        )?;
         summary["baselines"] = json!({
             "raw_pixels": {"top1": raw.top1, "top5": raw.top5},
             "random_init": {"top1": rand_acc.top1, "top5": rand_acc.top5},
@@ -240,7 +266,11 @@ fn evaluate<B: AutodiffBackend>(
     summary: &mut serde_json::Value,
     device: &B::Device,
 ) -> Result<()> {
-    eprintln!("embedding {} + {} images", data.train.len(), data.test.len());
+    eprintln!(
+        "embedding {} + {} images",
+        data.train.len(),
+        data.test.len()
+    );
     let f_train = embed(backbone, &data.train, data, config, device)?;
     let f_test = embed(backbone, &data.test, data, config, device)?;
     let classes = data.train.classes.len();
@@ -284,7 +314,14 @@ pub fn evaluate_run<B: AutodiffBackend>(
         Err(_) => json!({}),
     };
     let which = [!probe, probe];
-    evaluate::<B>(&trainer.eval_backbone(), &data, &config, which, &mut summary, device)?;
+    evaluate::<B>(
+        &trainer.eval_backbone(),
+        &data,
+        &config,
+        which,
+        &mut summary,
+        device,
+    )?;
     RunFolder::existing(run)?.write_json("summary.json", &summary)?;
     Ok(summary)
 }

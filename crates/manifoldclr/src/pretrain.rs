@@ -302,8 +302,12 @@ impl<B: AutodiffBackend> Pretrainer<B> {
             .clone()
             .save_file(tmp.join("model"), &rec)
             .map_err(record_err)?;
-        Recorder::<B>::record(&rec, self.opt_backbone.to_record(), tmp.join("optim-backbone"))
-            .map_err(record_err)?;
+        Recorder::<B>::record(
+            &rec,
+            self.opt_backbone.to_record(),
+            tmp.join("optim-backbone"),
+        )
+        .map_err(record_err)?;
         Recorder::<B>::record(&rec, self.opt_head.to_record(), tmp.join("optim-head"))
             .map_err(record_err)?;
         let state = serde_json::to_string_pretty(&self.state).expect("state serialises");

@@ -438,7 +438,10 @@ fn tiny_run() -> manifoldclr::PretrainConfig {
         warmup_epochs: 1,
         seed: 5,
         backbone: group,
-        head: manifoldclr::GroupConfig { clip: None, ..group },
+        head: manifoldclr::GroupConfig {
+            clip: None,
+            ..group
+        },
     }
 }
 
@@ -462,17 +465,23 @@ fn resume_continues_exactly_as_an_uninterrupted_run() {
     let (straight_dir, cut_dir) = (dir.join("straight"), dir.join("cut"));
 
     let mut straight = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
-    straight.run(&Patterns, &straight_dir, &mut StopAfter(None), &device).unwrap();
+    straight
+        .run(&Patterns, &straight_dir, &mut StopAfter(None), &device)
+        .unwrap();
     assert_eq!(straight.state.steps_done, 9);
 
     let mut cut = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
-    let e = cut.run(&Patterns, &cut_dir, &mut StopAfter(Some(1)), &device).unwrap_err();
+    let e = cut
+        .run(&Patterns, &cut_dir, &mut StopAfter(Some(1)), &device)
+        .unwrap_err();
     assert!(e.to_string().contains("stopped"));
     drop(cut);
     let mut resumed = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &cut_dir, &device).unwrap();
     assert_eq!(resumed.state.epochs_done, 1);
     assert_eq!(resumed.state.steps_done, 3);
-    resumed.run(&Patterns, &cut_dir, &mut StopAfter(None), &device).unwrap();
+    resumed
+        .run(&Patterns, &cut_dir, &mut StopAfter(None), &device)
+        .unwrap();
     assert_eq!(params(&resumed.model), params(&straight.model));
     // And training moved the parameters.
     let fresh = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
@@ -494,7 +503,11 @@ fn a_diverging_loss_stops_with_an_error_and_keeps_the_last_checkpoint() {
             let [a, b] = Patterns.views(indices, epoch)?;
             // The second epoch's data is NaN.
             let poison = |v: Vec<f32>| {
-                if epoch == 1 { vec![f32::NAN; v.len()] } else { v }
+                if epoch == 1 {
+                    vec![f32::NAN; v.len()]
+                } else {
+                    v
+                }
             };
             Ok([poison(a), poison(b)])
         }
@@ -503,7 +516,9 @@ fn a_diverging_loss_stops_with_an_error_and_keeps_the_last_checkpoint() {
     let dir = std::env::temp_dir().join(format!("manifoldclr-nan-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut run = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
-    let e = run.run(&Poison, &dir, &mut StopAfter(None), &device).unwrap_err();
+    let e = run
+        .run(&Poison, &dir, &mut StopAfter(None), &device)
+        .unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("diverged at epoch 2, step 4"), "{msg}");
     assert!(msg.contains("NaN"), "{msg}");
