@@ -140,6 +140,15 @@ pub trait PretrainHooks<B: AutodiffBackend> {
 
 type Adam<B> = OptimizerAdaptor<AdamW, ContrastiveModel<B>, B>;
 
+/// Visits every parameter's value, which initialises it.
+struct Materialise;
+
+impl<B: Backend> burn::module::ModuleVisitor<B> for Materialise {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+}
+
 /// Where training stands, written with every checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TrainState {
@@ -177,6 +186,11 @@ impl<B: AutodiffBackend> Pretrainer<B> {
         config.validate()?;
         B::seed(device, config.seed);
         let model = config.model.init::<B>(device)?;
+        // Burn initialises parameters lazily, on first use, and a clone of a parameter not yet
+        // used initialises on its own from the generator as it stands then: the first checkpoint
+        // (which saves a clone) would hold other weights than the ones trained. Draw them all
+        // now, right after the seed.
+        model.visit(&mut Materialise);
         Ok(Self {
             model,
             opt_backbone: adamw(&config.backbone),
