@@ -354,7 +354,7 @@ impl Augment {
         seed: u64,
         epoch: u64,
     ) -> Result<[Vec<f32>; 2]> {
-        self.check_set(set)?;
+        check_shape(set, [self.channels, self.height, self.width])?;
         if let Some(&i) = indices.iter().find(|&&i| i >= set.len()) {
             return Err(DatasetError::invalid(
                 "sample index",
@@ -376,20 +376,6 @@ impl Augment {
                 });
         }
         Ok(views)
-    }
-
-    fn check_set(&self, set: &ImageSet) -> Result<()> {
-        if (set.channels, set.height, set.width) != (self.channels, self.height, self.width) {
-            return Err(DatasetError::invalid(
-                "images",
-                format!("{} x {} x {}", set.channels, set.height, set.width),
-                format!(
-                    "{} x {} x {} (the augmentation's shape)",
-                    self.channels, self.height, self.width
-                ),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -461,13 +447,7 @@ impl EvalTransform {
 
     /// Every image of `set`, in order: `[len, C, size, size]` floats.
     pub fn all(&self, set: &ImageSet) -> Result<Vec<f32>> {
-        if (set.channels, set.height, set.width) != (self.channels, self.height, self.width) {
-            return Err(DatasetError::invalid(
-                "images",
-                format!("{} x {} x {}", set.channels, set.height, set.width),
-                format!("{} x {} x {}", self.channels, self.height, self.width),
-            ));
-        }
+        check_shape(set, [self.channels, self.height, self.width])?;
         let len = self.view_len();
         let mut out = vec![0.0f32; set.len() * len];
         out.par_chunks_mut(len)
@@ -475,6 +455,18 @@ impl EvalTransform {
             .for_each(|(i, o)| self.apply(set.image(i), o));
         Ok(out)
     }
+}
+
+/// Checks that `set` holds images of the shape a transform was built for.
+fn check_shape(set: &ImageSet, [c, h, w]: [usize; 3]) -> Result<()> {
+    if (set.channels, set.height, set.width) != (c, h, w) {
+        return Err(DatasetError::invalid(
+            "images",
+            format!("{} x {} x {}", set.channels, set.height, set.width),
+            format!("{c} x {h} x {w} (the transform's shape)"),
+        ));
+    }
+    Ok(())
 }
 
 /// ITU-R 601 luma (PIL's "L" conversion, torchvision's rgb_to_grayscale); the plane itself for one
