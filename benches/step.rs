@@ -4,7 +4,7 @@
 //! optimiser. The setting of `pytorch_anchors.py --only step`, whose figures belong beside
 //! these (same machine, same sitting).
 //!
-//! `cargo bench --bench step [-- --backend flex|ndarray --batch N --reps R --only 32|28]`.
+//! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --reps R --only 32|28]`.
 //! Defaults: both backends, the anchors' batches (128 at 3 x 32 x 32, width 64; 256 at
 //! 1 x 28 x 28, width 32), one timed step after one warm-up. Throughput per image barely
 //! depends on the batch here (the convolutions cost per image), so `--batch` can shorten a
@@ -15,8 +15,8 @@ use std::time::Instant;
 use burn::backend::Autodiff;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
-use manifoldclr::{ContrastiveConfig, Method};
+
+use manifoldclr::{ContrastiveConfig, Method, TrainBackend};
 use vlgo_datasets::fixtures::synthetic;
 use vlgo_datasets::{Augment, AugmentConfig, Normalization};
 
@@ -27,7 +27,7 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|k| argv.get(k + 1).cloned())
 }
 
-fn bench<B: AutodiffBackend>(
+fn bench<B: TrainBackend>(
     label: &str,
     channels: usize,
     side: usize,
@@ -97,12 +97,15 @@ fn main() {
         "| backend | setting | images/s | s/step | data / forward / backward / optimiser, s |"
     );
     println!("|---|---|---|---|---|");
-    for (channels, side, width, default_batch) in [(3, 32, 64, 128), (1, 28, 32, 256)] {
+    for (channels, side, default_width, default_batch) in [(3, 32, 64, 128), (1, 28, 32, 256)] {
         if only.as_deref().is_some_and(|o| o != side.to_string()) {
             continue;
         }
         let batch = arg("--batch").map_or(default_batch, |b| {
             b.parse().expect("--batch takes an integer")
+        });
+        let width = arg("--width").map_or(default_width, |w| {
+            w.parse().expect("--width takes an integer")
         });
         if backend.as_deref().is_none_or(|b| b == "flex") {
             bench::<Autodiff<burn::backend::Flex>>("flex", channels, side, width, batch, reps);

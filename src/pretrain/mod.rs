@@ -6,14 +6,15 @@ pub mod data;
 
 use std::path::Path;
 
-use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
+
 use indicatif::{ProgressBar, ProgressStyle};
 use manifoldclr::{
     Accuracy, ContrastiveModel, Features, PretrainHooks, Pretrainer, ResNet18, StepLog,
+    TrainBackend,
     extract_features, knn, linear_probe,
 };
 use serde_json::json;
+use vlgo_core::layers::LayerBackend;
 
 pub use config::ImageRunConfig;
 use data::{AugmentedViews, ImageData, has_checkpoint, subset};
@@ -23,7 +24,7 @@ use crate::plot::{Series, line_chart};
 use crate::run_folder::{JsonLines, RunFolder};
 
 /// Writes metrics, shows progress and runs the kNN monitor.
-struct Hooks<'a, B: AutodiffBackend> {
+struct Hooks<'a, B: TrainBackend> {
     bar: ProgressBar,
     metrics: JsonLines,
     config: &'a ImageRunConfig,
@@ -34,7 +35,7 @@ struct Hooks<'a, B: AutodiffBackend> {
     rates: Vec<f64>,
 }
 
-impl<B: AutodiffBackend> PretrainHooks<B> for Hooks<'_, B> {
+impl<B: TrainBackend> PretrainHooks<B> for Hooks<'_, B> {
     fn step(&mut self, log: &StepLog) -> manifoldclr::Result<()> {
         self.bar.inc(1);
         self.bar.set_message(format!(
@@ -72,7 +73,7 @@ fn to_clr(e: CliError) -> manifoldclr::ClrError {
 }
 
 /// Features of every image of `set` under the evaluation transform.
-fn embed<B: Backend>(
+fn embed<B: LayerBackend>(
     backbone: &ResNet18<B>,
     set: &vlgo_datasets::ImageSet,
     data: &ImageData,
@@ -92,7 +93,7 @@ fn embed<B: Backend>(
     )?)
 }
 
-fn monitor_knn<B: Backend>(
+fn monitor_knn<B: LayerBackend>(
     backbone: &ResNet18<B>,
     data: &ImageData,
     config: &ImageRunConfig,
@@ -130,7 +131,7 @@ fn pixels(
 
 /// `vlgo pretrain`: trains, evaluates, writes the run folder; `resume` continues a run folder's
 /// checkpoint instead of starting one.
-pub fn pretrain<B: AutodiffBackend>(
+pub fn pretrain<B: TrainBackend>(
     config: &ImageRunConfig,
     out: &Path,
     resume: bool,
@@ -258,7 +259,7 @@ pub fn pretrain<B: AutodiffBackend>(
 
 /// The kNN (`which[0]`) and the linear probe (`which[1]`) of a backbone's frozen features, into
 /// `summary`.
-fn evaluate<B: AutodiffBackend>(
+fn evaluate<B: TrainBackend>(
     backbone: &ResNet18<B::InnerBackend>,
     data: &ImageData,
     config: &ImageRunConfig,
@@ -289,7 +290,7 @@ fn evaluate<B: AutodiffBackend>(
 
 /// `vlgo probe --run DIR` (`probe`) and `vlgo knn --run DIR`: evaluates the run's last checkpoint
 /// and updates its `summary.json`.
-pub fn evaluate_run<B: AutodiffBackend>(
+pub fn evaluate_run<B: TrainBackend>(
     run: &Path,
     probe: bool,
     device: &B::Device,

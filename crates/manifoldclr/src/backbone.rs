@@ -12,6 +12,7 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Initializer, PaddingConfig2d, Relu};
 use burn::prelude::*;
+use vlgo_core::layers::{LayerBackend, batch_norm_module, conv2d_module};
 
 use crate::error::ClrError;
 
@@ -60,14 +61,19 @@ impl<B: Backend> BasicBlock<B> {
         }
     }
 
-    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4>
+    where
+        B: LayerBackend,
+    {
         let identity = match &self.shortcut {
-            Some((conv, bn)) => bn.forward(conv.forward(x.clone())),
+            Some((conv, bn)) => batch_norm_module(bn, conv2d_module(conv, x.clone())),
             None => x.clone(),
         };
-        let out = self.relu.forward(self.bn1.forward(self.conv1.forward(x)));
+        let out = self
+            .relu
+            .forward(batch_norm_module(&self.bn1, conv2d_module(&self.conv1, x)));
         self.relu
-            .forward(self.bn2.forward(self.conv2.forward(out)) + identity)
+            .forward(batch_norm_module(&self.bn2, conv2d_module(&self.conv2, out)) + identity)
     }
 }
 
@@ -170,7 +176,10 @@ impl<B: Backend> ResNet18<B> {
 
     /// Pooled features of a batch of images; an error names a wrong channel count or an empty
     /// image.
-    pub fn forward(&self, images: Tensor<B, 4>) -> ClrResult<Tensor<B, 2>> {
+    pub fn forward(&self, images: Tensor<B, 4>) -> ClrResult<Tensor<B, 2>>
+    where
+        B: LayerBackend,
+    {
         let [_, c, h, w] = images.dims();
         if c != self.in_channels || h == 0 || w == 0 {
             return Err(ClrError::invalid(
@@ -181,7 +190,7 @@ impl<B: Backend> ResNet18<B> {
         }
         let mut x = self
             .relu
-            .forward(self.stem_bn.forward(self.stem.forward(images)));
+            .forward(batch_norm_module(&self.stem_bn, conv2d_module(&self.stem, images)));
         if let Some(pool) = &self.max_pool {
             x = pool.forward(x);
         }

@@ -12,6 +12,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
+use vlgo_core::layers::LayerBackend;
 
 use crate::backbone::ResNet18;
 use crate::error::{ClrError, Result};
@@ -67,7 +68,7 @@ impl Features {
 /// The backbone's features of `images` ([N, C, H, W] floats, already transformed) in batches of
 /// `batch` (the last partial batch kept), with batch norm in evaluation mode: call it with the
 /// inner-backend module (`model.valid()`).
-pub fn extract_features<B: Backend>(
+pub fn extract_features<B: LayerBackend>(
     backbone: &ResNet18<B>,
     images: &[f32],
     shape: [usize; 3],

@@ -37,7 +37,8 @@ pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
 pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
 pub use pretrain::{
-    GroupConfig, PretrainConfig, PretrainHooks, Pretrainer, StepLog, TrainState, ViewSource,
+    GroupConfig, PretrainConfig, PretrainHooks, Pretrainer, StepLog, TrainBackend, TrainState,
+    ViewSource,
 };
 pub use schedule::WarmupCosine;
 pub use vlgo_nn;

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use burn::module::Module;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
+use vlgo_core::layers::LayerBackend;
 
 use crate::backbone::{ResNet18, ResNet18Config};
 use crate::error::{ClrError, Result};
@@ -221,7 +222,10 @@ impl<B: Backend> ContrastiveModel<B> {
     /// The loss of a batch of view pairs [B, C, H, W] each: both views through the backbone in
     /// one pass (batch-norm statistics over both), the head over the 2B features in one pass,
     /// InfoNCE on the pairs.
-    pub fn step(&self, view0: Tensor<B, 4>, view1: Tensor<B, 4>) -> Result<StepLoss<B>> {
+    pub fn step(&self, view0: Tensor<B, 4>, view1: Tensor<B, 4>) -> Result<StepLoss<B>>
+    where
+        B: LayerBackend,
+    {
         if view0.dims() != view1.dims() || view0.dims()[0] < 2 {
             return Err(ClrError::invalid(
                 "views",

@@ -18,6 +18,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
+use vlgo_core::layers::LayerBackend;
 
 use crate::clip::clip_global_norm;
 use crate::error::{ClrError, Result};
@@ -130,8 +131,15 @@ pub struct StepLog {
     pub images_per_second: f64,
 }
 
+/// Backends that pre-train: autodiff over an inner backend, both convolving through
+/// [`LayerBackend`] (the inner one evaluates). `Autodiff<Flex>`, `Autodiff<NdArray>` and the GPU
+/// backends under `Autodiff` are.
+pub trait TrainBackend: AutodiffBackend<InnerBackend: LayerBackend> + LayerBackend {}
+
+impl<B: AutodiffBackend<InnerBackend: LayerBackend> + LayerBackend> TrainBackend for B {}
+
 /// What runs around the loop.
-pub trait PretrainHooks<B: AutodiffBackend> {
+pub trait PretrainHooks<B: TrainBackend> {
     /// After every step.
     fn step(&mut self, log: &StepLog) -> Result<()>;
     /// After every epoch (1-based), once its checkpoint is written.
@@ -161,7 +169,7 @@ pub struct TrainState {
 }
 
 /// The model, its optimisers and where training stands.
-pub struct Pretrainer<B: AutodiffBackend> {
+pub struct Pretrainer<B: TrainBackend> {
     /// The model being trained.
     pub model: ContrastiveModel<B>,
     opt_backbone: Adam<B>,
@@ -171,7 +179,7 @@ pub struct Pretrainer<B: AutodiffBackend> {
     config: PretrainConfig,
 }
 
-fn adamw<B: AutodiffBackend>(g: &GroupConfig) -> Adam<B> {
+fn adamw<B: TrainBackend>(g: &GroupConfig) -> Adam<B> {
     AdamWConfig::new()
         .with_beta_1(0.9)
         .with_beta_2(0.999)
@@ -180,7 +188,7 @@ fn adamw<B: AutodiffBackend>(g: &GroupConfig) -> Adam<B> {
         .init()
 }
 
-impl<B: AutodiffBackend> Pretrainer<B> {
+impl<B: TrainBackend> Pretrainer<B> {
     /// A fresh run: the model initialised from the seed.
     pub fn new(config: PretrainConfig, device: &B::Device) -> Result<Self> {
         config.validate()?;

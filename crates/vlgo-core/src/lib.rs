@@ -53,6 +53,7 @@
 //!   choose again (nor, for one step of a tiny matrix, recompute the forward).
 
 pub mod best_of_j;
+pub mod layers;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub mod cpu;
 pub mod error;

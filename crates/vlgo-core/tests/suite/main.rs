@@ -2,6 +2,7 @@
 //! (`NdArray` by default; `cargo test-flex` / `test-wgpu` run it elsewhere).
 
 mod common;
+mod layers;
 mod errors;
 mod expm_accuracy;
 mod expm_gradients;

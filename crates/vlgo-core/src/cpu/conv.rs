@@ -1,0 +1,534 @@
+//! Two-dimensional convolution on f32 slices in Burn's [N, C, H, W] layout: im2col into a
+//! column buffer, one matrix product per group of images, and the two adjoints (input and
+//! weight) by the transposed products and col2im.
+//!
+//! Burn's CPU backends convolve forward by im2col and gemm too, but differentiate through a
+//! transposed convolution and a convolution over permuted tensors, whose strided copies took
+//! more time than the arithmetic in a ResNet-18 step. Here the adjoints reuse the forward's
+//! column layout, so every pass is one product per group plus contiguous copies.
+//!
+//! Images are grouped so that a product has at least [`TARGET_COLUMNS`] columns (late ResNet
+//! stages have 4 x 4 maps, and a product per image would repack the weight for 16 columns).
+//! The weight gradient sums over images in a fixed number of chunks, added in chunk order, so
+//! results do not depend on the number of threads.
+
+use rayon::prelude::*;
+
+/// Columns a product should have at least: groups of images are formed to reach it.
+const TARGET_COLUMNS: usize = 256;
+
+/// Chunks the weight gradient is summed in (then added in order): enough to keep a few cores
+/// busy, fixed so that the sum's rounding does not depend on the thread count.
+const WEIGHT_CHUNKS: usize = 8;
+
+/// Geometry of a convolution (groups = 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvShape {
+    pub batch: usize,
+    pub channels_in: usize,
+    pub channels_out: usize,
+    pub height: usize,
+    pub width: usize,
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+}
+
+impl ConvShape {
+    /// Output height and width; `None` when the dilated kernel does not fit the padded input.
+    pub fn output(&self) -> Option<[usize; 2]> {
+        let dim = |size: usize, k: usize| {
+            let span = self.dilation[k] * (self.kernel[k] - 1) + 1;
+            let padded = size + 2 * self.padding[k];
+            (self.kernel[k] > 0 && self.stride[k] > 0 && self.dilation[k] > 0 && padded >= span)
+                .then(|| (padded - span) / self.stride[k] + 1)
+        };
+        Some([dim(self.height, 0)?, dim(self.width, 1)?])
+    }
+
+    fn out(&self) -> [usize; 2] {
+        self.output().expect("checked by the caller")
+    }
+
+    /// Rows of the column buffer: C_in x kh x kw.
+    fn rows(&self) -> usize {
+        self.channels_in * self.kernel[0] * self.kernel[1]
+    }
+
+    fn positions(&self) -> usize {
+        let [ho, wo] = self.out();
+        ho * wo
+    }
+
+    fn image_in(&self) -> usize {
+        self.channels_in * self.height * self.width
+    }
+
+    fn image_out(&self) -> usize {
+        self.channels_out * self.positions()
+    }
+
+    /// Images per product.
+    fn group(&self) -> usize {
+        TARGET_COLUMNS
+            .div_ceil(self.positions().max(1))
+            .clamp(1, self.batch.max(1))
+    }
+
+    /// Input rows `ih` that output row `o` reads through kernel offset `k` along axis `axis`,
+    /// as a signed index (out of range means padding).
+    fn source(&self, axis: usize, o: usize, k: usize) -> isize {
+        (o * self.stride[axis] + k * self.dilation[axis]) as isize - self.padding[axis] as isize
+    }
+
+    /// The range of output columns `ow` whose input column lies inside the image for kernel
+    /// column `kj`: `ow` in `lo..hi`.
+    fn valid_columns(&self, kj: usize) -> (usize, usize) {
+        let [_, wo] = self.out();
+        let (stride, offset) = (self.stride[1] as isize, self.source(1, 0, kj));
+        let lo = if offset >= 0 {
+            0
+        } else {
+            ((-offset + stride - 1) / stride) as usize
+        };
+        let last = self.width as isize - 1 - offset;
+        let hi = if last < 0 {
+            0
+        } else {
+            ((last / stride) as usize + 1).min(wo)
+        };
+        (lo.min(hi), hi)
+    }
+}
+
+/// Writes image `x` ([C_in, H, W]) into columns `offset..offset + P` of the row-major column
+/// buffer with row stride `ld`: row (c, ki, kj), column (oh, ow) holds x[c, ih, iw] or 0.
+fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
+    let [ho, wo] = s.out();
+    let [kh, kw] = s.kernel;
+    let (h, w) = (s.height, s.width);
+    for c in 0..s.channels_in {
+        let plane = &x[c * h * w..(c + 1) * h * w];
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let row = (c * kh + ki) * kw + kj;
+                let dst = &mut cols[row * ld + offset..row * ld + offset + ho * wo];
+                let (lo, hi) = s.valid_columns(kj);
+                let iw0 = s.source(1, 0, kj);
+                for oh in 0..ho {
+                    let out = &mut dst[oh * wo..(oh + 1) * wo];
+                    let ih = s.source(0, oh, ki);
+                    if ih < 0 || ih >= h as isize {
+                        out.fill(0.0);
+                        continue;
+                    }
+                    let src = &plane[ih as usize * w..(ih as usize + 1) * w];
+                    out[..lo].fill(0.0);
+                    out[hi..].fill(0.0);
+                    if s.stride[1] == 1 {
+                        let start = (lo as isize + iw0) as usize;
+                        out[lo..hi].copy_from_slice(&src[start..start + hi - lo]);
+                    } else {
+                        for (ow, o) in out.iter_mut().enumerate().take(hi).skip(lo) {
+                            *o = src[(ow as isize * s.stride[1] as isize + iw0) as usize];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The adjoint of [`im2col`]: adds columns `offset..offset + P` of `cols` into image `dx`.
+fn col2im(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32]) {
+    let [ho, wo] = s.out();
+    let [kh, kw] = s.kernel;
+    let (h, w) = (s.height, s.width);
+    for c in 0..s.channels_in {
+        let plane = &mut dx[c * h * w..(c + 1) * h * w];
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let row = (c * kh + ki) * kw + kj;
+                let src = &cols[row * ld + offset..row * ld + offset + ho * wo];
+                let (lo, hi) = s.valid_columns(kj);
+                let iw0 = s.source(1, 0, kj);
+                for oh in 0..ho {
+                    let ih = s.source(0, oh, ki);
+                    if ih < 0 || ih >= h as isize {
+                        continue;
+                    }
+                    let dst = &mut plane[ih as usize * w..(ih as usize + 1) * w];
+                    let grad = &src[oh * wo..(oh + 1) * wo];
+                    if s.stride[1] == 1 {
+                        let start = (lo as isize + iw0) as usize;
+                        for (d, g) in dst[start..start + hi - lo].iter_mut().zip(&grad[lo..hi]) {
+                            *d += g;
+                        }
+                    } else {
+                        for (ow, g) in grad.iter().enumerate().take(hi).skip(lo) {
+                            dst[(ow as isize * s.stride[1] as isize + iw0) as usize] += g;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A matrix view for [`product`]: pointer, row stride, column stride.
+#[derive(Clone, Copy)]
+struct View {
+    ptr: *const f32,
+    rs: isize,
+    cs: isize,
+}
+
+impl View {
+    fn rows(data: &[f32], ld: usize) -> Self {
+        View {
+            ptr: data.as_ptr(),
+            rs: ld as isize,
+            cs: 1,
+        }
+    }
+
+    fn transposed(data: &[f32], ld: usize) -> Self {
+        View {
+            ptr: data.as_ptr(),
+            rs: 1,
+            cs: ld as isize,
+        }
+    }
+}
+
+/// dst [m, n] (row stride `ld`) = lhs [m, k] rhs [k, n], added to dst when `accumulate`.
+///
+/// # Safety
+/// The views must address m x k and k x n matrices inside live slices, and `dst` must hold
+/// m rows of stride `ld` with at least n entries each.
+unsafe fn product(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    ld: usize,
+    accumulate: bool,
+    lhs: View,
+    rhs: View,
+) {
+    debug_assert!(m == 0 || dst.len() >= (m - 1) * ld + n);
+    // SAFETY: the caller's contract; gemm reads dst only when `accumulate`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            ld as isize,
+            accumulate,
+            lhs.ptr,
+            lhs.cs,
+            lhs.rs,
+            rhs.ptr,
+            rhs.cs,
+            rhs.rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// The convolution of `x` [N, C_in, H, W] with `weight` [C_out, C_in, kh, kw] plus `bias`
+/// [C_out], as [N, C_out, Ho, Wo].
+pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let (k, p, co) = (s.rows(), s.positions(), s.channels_out);
+    let mut out = vec![0.0f32; s.batch * s.image_out()];
+    if out.is_empty() {
+        return out;
+    }
+    let g = s.group();
+    out.par_chunks_mut(g * s.image_out())
+        .zip(x.par_chunks(g * s.image_in()))
+        .for_each_init(Vec::new, |cols, (out, x)| {
+            let images = out.len() / s.image_out();
+            let ld = images * p;
+            cols.resize(k * ld, 0.0);
+            for (i, image) in x.chunks(s.image_in()).enumerate() {
+                im2col(s, image, cols, ld, i * p);
+            }
+            let w = View::rows(weight, k);
+            let c = View::rows(cols, ld);
+            if images == 1 {
+                // SAFETY: w is [co, k], cols [k, p], out [co, p].
+                unsafe { product((co, p, k), out, p, false, w, c) };
+            } else {
+                let mut tmp = vec![0.0f32; co * ld];
+                // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
+                unsafe { product((co, ld, k), &mut tmp, ld, false, w, c) };
+                for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
+                    for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
+                        o.copy_from_slice(&row[i * p..(i + 1) * p]);
+                    }
+                }
+            }
+            if let Some(bias) = bias {
+                for image in out.chunks_mut(s.image_out()) {
+                    for (o, b) in image.chunks_mut(p).zip(bias) {
+                        o.iter_mut().for_each(|v| *v += b);
+                    }
+                }
+            }
+        });
+    out
+}
+
+/// The adjoints of the input (when `want_input`) and of the weight (when `want_weight`) given
+/// the adjoint `grad` [N, C_out, Ho, Wo] of the output.
+pub(crate) fn backward(
+    s: &ConvShape,
+    x: &[f32],
+    weight: &[f32],
+    grad: &[f32],
+    want_input: bool,
+    want_weight: bool,
+) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+    let (k, p, co) = (s.rows(), s.positions(), s.channels_out);
+    let wsize = co * k;
+    let mut dx = want_input.then(|| vec![0.0f32; s.batch * s.image_in()]);
+    if s.batch == 0 || p == 0 || !(want_input || want_weight) {
+        return (dx, want_weight.then(|| vec![0.0; wsize]));
+    }
+    let g = s.group();
+    let groups = s.batch.div_ceil(g);
+    let per_chunk = groups.div_ceil(WEIGHT_CHUNKS.min(groups)) * g;
+    let chunks = s.batch.div_ceil(per_chunk);
+    // Each chunk of images: its slice of dx (if wanted) and its part of the weight gradient.
+    let dx_chunks: Vec<Option<&mut [f32]>> = match dx.as_mut() {
+        Some(dx) => dx.chunks_mut(per_chunk * s.image_in()).map(Some).collect(),
+        None => (0..chunks).map(|_| None).collect(),
+    };
+    let partials: Vec<Option<Vec<f32>>> = dx_chunks
+        .into_par_iter()
+        .enumerate()
+        .map(|(chunk, mut dx)| {
+            let first = chunk * per_chunk;
+            let count = per_chunk.min(s.batch - first);
+            let mut dw = want_weight.then(|| vec![0.0f32; wsize]);
+            let (mut cols, mut dy) = (Vec::new(), Vec::new());
+            for start in (0..count).step_by(g) {
+                let images = g.min(count - start);
+                let ld = images * p;
+                let n0 = first + start;
+                let dy_group = &grad[n0 * s.image_out()..(n0 + images) * s.image_out()];
+                // The output adjoint as [co, images x p] (a view when there is one image).
+                let dy_view: &[f32] = if images == 1 {
+                    dy_group
+                } else {
+                    dy.resize(co * ld, 0.0);
+                    for (i, image) in dy_group.chunks(s.image_out()).enumerate() {
+                        for (row, src) in dy.chunks_mut(ld).zip(image.chunks(p)) {
+                            row[i * p..(i + 1) * p].copy_from_slice(src);
+                        }
+                    }
+                    &dy
+                };
+                cols.resize(k * ld, 0.0);
+                if let Some(dw) = dw.as_mut() {
+                    let images_in = &x[n0 * s.image_in()..(n0 + images) * s.image_in()];
+                    for (i, image) in images_in.chunks(s.image_in()).enumerate() {
+                        im2col(s, image, &mut cols, ld, i * p);
+                    }
+                    // dW [co, k] += dY [co, ld] cols^T [ld, k].
+                    // SAFETY: dy_view is [co, ld], cols [k, ld] read transposed, dw [co, k].
+                    unsafe {
+                        product(
+                            (co, k, ld),
+                            dw,
+                            k,
+                            true,
+                            View::rows(dy_view, ld),
+                            View::transposed(&cols, ld),
+                        )
+                    };
+                }
+                if let Some(dx) = dx.as_mut() {
+                    // dcols [k, ld] = W^T [k, co] dY [co, ld].
+                    // SAFETY: weight is [co, k] read transposed, dy_view [co, ld], cols [k, ld].
+                    unsafe {
+                        product(
+                            (k, ld, co),
+                            &mut cols,
+                            ld,
+                            false,
+                            View::transposed(weight, k),
+                            View::rows(dy_view, ld),
+                        )
+                    };
+                    let dx_group = &mut dx[start * s.image_in()..(start + images) * s.image_in()];
+                    for (i, image) in dx_group.chunks_mut(s.image_in()).enumerate() {
+                        col2im(s, &cols, ld, i * p, image);
+                    }
+                }
+            }
+            dw
+        })
+        .collect();
+    let dw = want_weight.then(|| {
+        let mut total = vec![0.0f32; wsize];
+        for part in partials.into_iter().flatten() {
+            total.iter_mut().zip(&part).for_each(|(t, v)| *t += v);
+        }
+        total
+    });
+    (dx, dw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The convolution by its definition, in f64.
+    fn direct(s: &ConvShape, x: &[f32], w: &[f32]) -> Vec<f64> {
+        let [ho, wo] = s.out();
+        let mut out = vec![0.0; s.batch * s.channels_out * ho * wo];
+        for n in 0..s.batch {
+            for o in 0..s.channels_out {
+                for oh in 0..ho {
+                    for ow in 0..wo {
+                        let mut acc = 0.0f64;
+                        for c in 0..s.channels_in {
+                            for ki in 0..s.kernel[0] {
+                                for kj in 0..s.kernel[1] {
+                                    let ih = s.source(0, oh, ki);
+                                    let iw = s.source(1, ow, kj);
+                                    if ih < 0
+                                        || iw < 0
+                                        || ih >= s.height as isize
+                                        || iw >= s.width as isize
+                                    {
+                                        continue;
+                                    }
+                                    let xi = ((n * s.channels_in + c) * s.height + ih as usize)
+                                        * s.width
+                                        + iw as usize;
+                                    let wi = ((o * s.channels_in + c) * s.kernel[0] + ki)
+                                        * s.kernel[1]
+                                        + kj;
+                                    acc += x[xi] as f64 * w[wi] as f64;
+                                }
+                            }
+                        }
+                        out[((n * s.channels_out + o) * ho + oh) * wo + ow] = acc;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(seed * 97);
+                (v % 1000) as f32 / 500.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn shapes() -> Vec<ConvShape> {
+        let base = ConvShape {
+            batch: 3,
+            channels_in: 2,
+            channels_out: 3,
+            height: 7,
+            width: 6,
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+        };
+        vec![
+            base,
+            ConvShape {
+                stride: [2, 2],
+                ..base
+            },
+            ConvShape {
+                kernel: [1, 1],
+                padding: [0, 0],
+                stride: [2, 2],
+                ..base
+            },
+            ConvShape {
+                kernel: [3, 2],
+                stride: [2, 3],
+                padding: [2, 0],
+                dilation: [1, 2],
+                ..base
+            },
+            ConvShape {
+                batch: 40,
+                height: 3,
+                width: 3,
+                ..base
+            },
+        ]
+    }
+
+    #[test]
+    fn forward_matches_the_definition() {
+        for s in shapes() {
+            let x = values(s.batch * s.image_in(), 1);
+            let w = values(s.channels_out * s.rows(), 2);
+            let got = forward(&s, &x, &w, None);
+            let want = direct(&s, &x, &w);
+            for (g, e) in got.iter().zip(&want) {
+                assert!((*g as f64 - e).abs() < 1e-5, "{s:?}: {g} vs {e}");
+            }
+        }
+    }
+
+    /// <dY, conv(x, w)> is linear in x and in w, so its gradients are exact dot products:
+    /// <dx, x'> = <dY, conv(x', w)> and <dw, w'> = <dY, conv(x, w')> for any x', w'.
+    #[test]
+    fn backward_is_the_adjoint_of_forward() {
+        for s in shapes() {
+            let x = values(s.batch * s.image_in(), 3);
+            let w = values(s.channels_out * s.rows(), 4);
+            let dy = values(s.batch * s.image_out(), 5);
+            let (dx, dw) = backward(&s, &x, &w, &dy, true, true);
+            let (dx, dw) = (dx.unwrap(), dw.unwrap());
+            let dot = |a: &[f32], b: &[f64]| -> f64 {
+                a.iter().zip(b).map(|(a, b)| *a as f64 * b).sum()
+            };
+            let x2 = values(x.len(), 6);
+            let w2 = values(w.len(), 7);
+            let lhs_x = dot(&dx, &x2.iter().map(|v| *v as f64).collect::<Vec<_>>());
+            let rhs_x = dot(&dy, &direct(&s, &x2, &w));
+            assert!((lhs_x - rhs_x).abs() < 1e-3, "{s:?}: {lhs_x} vs {rhs_x}");
+            let lhs_w = dot(&dw, &w2.iter().map(|v| *v as f64).collect::<Vec<_>>());
+            let rhs_w = dot(&dy, &direct(&s, &x, &w2));
+            assert!((lhs_w - rhs_w).abs() < 1e-3, "{s:?}: {lhs_w} vs {rhs_w}");
+        }
+    }
+
+    #[test]
+    fn weight_gradient_does_not_depend_on_the_thread_count() {
+        let s = shapes()[4];
+        let x = values(s.batch * s.image_in(), 8);
+        let w = values(s.channels_out * s.rows(), 9);
+        let dy = values(s.batch * s.image_out(), 10);
+        let run = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| backward(&s, &x, &w, &dy, true, true))
+        };
+        assert_eq!(run(1), run(3));
+    }
+}

@@ -1,0 +1,112 @@
+//! `Autodiff<B>`: the layers' forwards on the inner backend, each one node with its backward by
+//! the inner backend's [`LayerBackend`] adjoints.
+
+use burn::backend::autodiff::{
+    Autodiff,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ops::{ConvOptions, FloatTensor};
+
+use super::backend::LayerBackend;
+
+#[derive(Debug)]
+struct ConvolveBackward;
+
+impl<B: LayerBackend> Backward<B, 2> for ConvolveBackward {
+    type State = (FloatTensor<B>, FloatTensor<B>, ConvOptions<2>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_w] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, weight, options) = ops.state;
+        let [dx, dw] = B::convolve_backward(
+            x,
+            weight,
+            grad,
+            options,
+            [node_x.is_some(), node_w.is_some()],
+        );
+        if let (Some(node), Some(dx)) = (node_x, dx) {
+            grads.register::<B>(node.id, dx);
+        }
+        if let (Some(node), Some(dw)) = (node_w, dw) {
+            grads.register::<B>(node.id, dw);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct BatchNormBackward;
+
+/// What the batch-norm node keeps: x, gamma, the batch statistics and epsilon.
+type BatchNormState<B> = (FloatTensor<B>, FloatTensor<B>, [FloatTensor<B>; 2], f64);
+
+impl<B: LayerBackend> Backward<B, 3> for BatchNormBackward {
+    type State = BatchNormState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, gamma, stats, epsilon) = ops.state;
+        let adjoints = B::batch_norm_backward(x, gamma, stats, epsilon, grad);
+        for (node, adjoint) in [node_x, node_gamma, node_beta].into_iter().zip(adjoints) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, adjoint);
+            }
+        }
+    }
+}
+
+// The backwards keep their defaults here (Burn's own convolution adjoints on `Autodiff`), which is
+// what a second-order gradient would need.
+impl<B: LayerBackend, C: CheckpointStrategy> LayerBackend for Autodiff<B, C> {
+    fn convolve(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
+        match ConvolveBackward
+            .prepare::<C>([x.node.clone(), weight.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let out = B::convolve(x.primitive.clone(), weight.primitive.clone(), options.clone());
+                prep.finish((x.primitive, weight.primitive, options), out)
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::convolve(x.primitive, weight.primitive, options))
+            }
+        }
+    }
+
+    fn batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> [FloatTensor<Self>; 3] {
+        let prep = BatchNormBackward
+            .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
+            .compute_bound()
+            .stateful();
+        let [y, mean, var] =
+            B::batch_norm_train(x.primitive.clone(), gamma.primitive.clone(), beta.primitive, epsilon);
+        // The statistics leave the graph: they only feed the running averages.
+        let stats = [
+            Self::from_inner(mean.clone()),
+            Self::from_inner(var.clone()),
+        ];
+        let y = match prep {
+            OpsKind::Tracked(prep) => {
+                prep.finish((x.primitive, gamma.primitive, [mean, var], epsilon), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        };
+        let [mean, var] = stats;
+        [y, mean, var]
+    }
+}

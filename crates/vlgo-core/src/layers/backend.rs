@@ -1,0 +1,449 @@
+//! The backend-extension trait that carries the convolution and the batch norm (one impl per
+//! backend, as for the exponential: the `Autodiff` impl would overlap a blanket one).
+
+use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
+use burn::tensor::ops::{ConvOptions, FloatTensor};
+
+/// Backends that run the layers of [`crate::layers`]: convolution and batch norm.
+///
+/// Every method defaults to Burn's own operations; `Flex` and `NdArray` override them with the
+/// CPU kernels for f32 (convolutions with one group). Implemented for `NdArray` (feature
+/// `ndarray`), `Flex` (`flex`), `CubeBackend` and `Fusion` (`wgpu`, `cuda`) and `Autodiff<B>`
+/// over any of them.
+pub trait LayerBackend: Backend {
+    /// The convolution of x [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw].
+    fn convolve(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
+        Self::conv2d(x, weight, None, options)
+    }
+
+    /// The adjoints of x and of the weight given the adjoint of the output; each only when
+    /// `want` asks for it (`[x, weight]`).
+    fn convolve_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        options: ConvOptions<2>,
+        want: [bool; 2],
+    ) -> [Option<FloatTensor<Self>>; 2] {
+        tensor_ops::convolve_backward::<Self>(x, weight, grad, options, want)
+    }
+
+    /// Training-mode batch norm of x [N, C, S] with the batch's statistics: the output, the
+    /// per-channel mean and the biased variance (both [C]).
+    fn batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> [FloatTensor<Self>; 3] {
+        tensor_ops::batch_norm_train::<Self>(x, gamma, beta, epsilon)
+    }
+
+    /// The adjoints of x, gamma and beta of [`batch_norm_train`](Self::batch_norm_train)
+    /// given the output's adjoint and the statistics it returned.
+    fn batch_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        stats: [FloatTensor<Self>; 2],
+        epsilon: f64,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        tensor_ops::batch_norm_backward::<Self>(x, gamma, stats, epsilon, grad)
+    }
+
+    /// y = scale[c] x + shift[c] for x [N, C, S]: batch norm in evaluation mode.
+    fn channel_affine(
+        x: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        shift: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        tensor_ops::channel_affine::<Self>(x, scale, shift)
+    }
+}
+
+fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+/// The layers from Burn's tensor operations: the defaults, and the fallback of the kernels.
+mod tensor_ops {
+    use super::*;
+
+    pub fn convolve_backward<B: Backend>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        options: ConvOptions<2>,
+        want: [bool; 2],
+    ) -> [Option<FloatTensor<B>>; 2] {
+        let dx = want[0].then(|| {
+            B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone())
+        });
+        let dw = want[1].then(|| B::conv2d_weight_backward(x, weight, grad, options));
+        [dx, dw]
+    }
+
+    pub fn batch_norm_train<B: Backend>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+    ) -> [FloatTensor<B>; 3] {
+        let x: Tensor<B, 3> = wrap(x);
+        let [n, c, s] = x.dims();
+        let mean_of = |t: Tensor<B, 3>| t.swap_dims(0, 1).reshape([c, n * s]).mean_dim(1);
+        let mean = mean_of(x.clone()).reshape([c]);
+        let var = mean_of((x.clone() - mean.clone().reshape([1, c, 1])).square()).reshape([c]);
+        let scale = wrap::<B, 1>(gamma) * var.clone().add_scalar(epsilon).sqrt().recip();
+        let shift = wrap::<B, 1>(beta) - mean.clone() * scale.clone();
+        let y = channel_affine::<B>(unwrap(x), unwrap(scale), unwrap(shift));
+        [y, unwrap(mean), unwrap(var)]
+    }
+
+    pub fn batch_norm_backward<B: Backend>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        [mean, var]: [FloatTensor<B>; 2],
+        epsilon: f64,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3] {
+        let (x, grad): (Tensor<B, 3>, Tensor<B, 3>) = (wrap(x), wrap(grad));
+        let [n, c, s] = x.dims();
+        let channel = |t: Tensor<B, 1>| t.reshape([1, c, 1]);
+        let sum = |t: Tensor<B, 3>| t.sum_dim(0).sum_dim(2).reshape([c]);
+        let inv_std = wrap::<B, 1>(var).add_scalar(epsilon).sqrt().recip();
+        let xhat = (x - channel(wrap(mean))) * channel(inv_std.clone());
+        let dbeta = sum(grad.clone());
+        let dgamma = sum(grad.clone() * xhat.clone());
+        let m = (n * s) as f64;
+        // dx = gamma inv_std / m (m dy - sum dy - xhat sum dy xhat)
+        let k = channel(wrap::<B, 1>(gamma) * inv_std).div_scalar(m);
+        let dx =
+            k * (grad.mul_scalar(m) - channel(dbeta.clone()) - xhat * channel(dgamma.clone()));
+        [unwrap(dx), unwrap(dgamma), unwrap(dbeta)]
+    }
+
+    pub fn channel_affine<B: Backend>(
+        x: FloatTensor<B>,
+        scale: FloatTensor<B>,
+        shift: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        let x: Tensor<B, 3> = wrap(x);
+        let c = x.dims()[1];
+        let channel = |t: FloatTensor<B>| wrap::<B, 1>(t).reshape([1, c, 1]);
+        unwrap(x * channel(scale) + channel(shift))
+    }
+}
+
+/// The CPU kernels on any backend that can lend or copy out its f32 buffers, with the shape
+/// checks that send everything else (other dtypes, groups, shapes Burn will reject) to
+/// [`tensor_ops`].
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod kernels {
+    use std::borrow::Cow;
+
+    use burn::tensor::{DType, TensorMetadata};
+
+    use super::*;
+    use crate::cpu::batch_norm::{self as bn, NormShape};
+    use crate::cpu::conv::{self, ConvShape};
+
+    /// How the kernels read a backend's f32 tensors and hand their results back.
+    pub trait Host: Backend {
+        /// The entries in row-major order (borrowed where the backend allows).
+        fn read(t: &FloatTensor<Self>) -> Cow<'_, [f32]>;
+        /// A tensor of the given shape from row-major entries.
+        fn make(data: Vec<f32>, dims: &[usize]) -> FloatTensor<Self>;
+    }
+
+    fn f32s<B: Backend>(tensors: &[&FloatTensor<B>]) -> bool {
+        tensors.iter().all(|t| t.dtype() == DType::F32)
+    }
+
+    fn conv_shape<B: Backend>(
+        x: &FloatTensor<B>,
+        weight: &FloatTensor<B>,
+        options: &ConvOptions<2>,
+    ) -> Option<ConvShape> {
+        let (xs, ws) = (x.shape(), weight.shape());
+        if !f32s::<B>(&[x, weight])
+            || options.groups != 1
+            || xs.num_dims() != 4
+            || ws.num_dims() != 4
+            || xs[1] != ws[1]
+        {
+            return None;
+        }
+        let shape = ConvShape {
+            batch: xs[0],
+            channels_in: xs[1],
+            channels_out: ws[0],
+            height: xs[2],
+            width: xs[3],
+            kernel: [ws[2], ws[3]],
+            stride: options.stride,
+            padding: options.padding,
+            dilation: options.dilation,
+        };
+        let [ho, wo] = shape.output()?;
+        (ho * wo * shape.channels_in * shape.channels_out > 0).then_some(shape)
+    }
+
+    /// [N, C, S] with every per-channel tensor of length C, all f32.
+    fn norm_shape<B: Backend>(x: &FloatTensor<B>, per_channel: &[&FloatTensor<B>]) -> Option<NormShape> {
+        let xs = x.shape();
+        let fits = xs.num_dims() == 3
+            && f32s::<B>(&[x])
+            && f32s::<B>(per_channel)
+            && per_channel.iter().all(|t| t.shape().dims::<1>() == [xs[1]]);
+        fits.then(|| NormShape {
+            batch: xs[0],
+            channels: xs[1],
+            size: xs[2],
+        })
+    }
+
+    pub fn convolve<B: Host>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<B> {
+        let Some(s) = conv_shape::<B>(&x, &weight, &options) else {
+            return B::conv2d(x, weight, None, options);
+        };
+        let out = conv::forward(&s, &B::read(&x), &B::read(&weight), None);
+        let [ho, wo] = s.output().expect("checked by conv_shape");
+        B::make(out, &[s.batch, s.channels_out, ho, wo])
+    }
+
+    pub fn convolve_backward<B: Host>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        options: ConvOptions<2>,
+        want: [bool; 2],
+    ) -> [Option<FloatTensor<B>>; 2] {
+        let s = conv_shape::<B>(&x, &weight, &options).filter(|_| f32s::<B>(&[&grad]));
+        let Some(s) = s else {
+            return tensor_ops::convolve_backward::<B>(x, weight, grad, options, want);
+        };
+        let (x, w, g) = (B::read(&x), B::read(&weight), B::read(&grad));
+        let (dx, dw) = conv::backward(&s, &x, &w, &g, want[0], want[1]);
+        let [kh, kw] = s.kernel;
+        [
+            dx.map(|d| B::make(d, &[s.batch, s.channels_in, s.height, s.width])),
+            dw.map(|d| B::make(d, &[s.channels_out, s.channels_in, kh, kw])),
+        ]
+    }
+
+    pub fn batch_norm_train<B: Host>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+    ) -> [FloatTensor<B>; 3] {
+        let Some(s) = norm_shape::<B>(&x, &[&gamma, &beta]) else {
+            return tensor_ops::batch_norm_train::<B>(x, gamma, beta, epsilon);
+        };
+        let (y, mean, var) =
+            bn::forward_train(&s, &B::read(&x), &B::read(&gamma), &B::read(&beta), epsilon);
+        [
+            B::make(y, &[s.batch, s.channels, s.size]),
+            B::make(mean, &[s.channels]),
+            B::make(var, &[s.channels]),
+        ]
+    }
+
+    pub fn batch_norm_backward<B: Host>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        [mean, var]: [FloatTensor<B>; 2],
+        epsilon: f64,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3] {
+        let s = norm_shape::<B>(&x, &[&gamma, &mean, &var])
+            .filter(|_| f32s::<B>(&[&grad]) && grad.shape() == x.shape());
+        let Some(s) = s else {
+            return tensor_ops::batch_norm_backward::<B>(x, gamma, [mean, var], epsilon, grad);
+        };
+        let (dx, dgamma, dbeta) = bn::backward(
+            &s,
+            &B::read(&x),
+            &B::read(&gamma),
+            &B::read(&mean),
+            &B::read(&var),
+            epsilon,
+            &B::read(&grad),
+        );
+        [
+            B::make(dx, &[s.batch, s.channels, s.size]),
+            B::make(dgamma, &[s.channels]),
+            B::make(dbeta, &[s.channels]),
+        ]
+    }
+
+    pub fn channel_affine<B: Host>(
+        x: FloatTensor<B>,
+        scale: FloatTensor<B>,
+        shift: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        let Some(s) = norm_shape::<B>(&x, &[&scale, &shift]) else {
+            return tensor_ops::channel_affine::<B>(x, scale, shift);
+        };
+        let y = bn::affine(&s, &B::read(&x), &B::read(&scale), &B::read(&shift));
+        B::make(y, &[s.batch, s.channels, s.size])
+    }
+}
+
+/// The trait's methods on a [`kernels::Host`] backend.
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+macro_rules! kernel_methods {
+    () => {
+        fn convolve(
+            x: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            options: ConvOptions<2>,
+        ) -> FloatTensor<Self> {
+            kernels::convolve::<Self>(x, weight, options)
+        }
+
+        fn convolve_backward(
+            x: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            options: ConvOptions<2>,
+            want: [bool; 2],
+        ) -> [Option<FloatTensor<Self>>; 2] {
+            kernels::convolve_backward::<Self>(x, weight, grad, options, want)
+        }
+
+        fn batch_norm_train(
+            x: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+            beta: FloatTensor<Self>,
+            epsilon: f64,
+        ) -> [FloatTensor<Self>; 3] {
+            kernels::batch_norm_train::<Self>(x, gamma, beta, epsilon)
+        }
+
+        fn batch_norm_backward(
+            x: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+            stats: [FloatTensor<Self>; 2],
+            epsilon: f64,
+            grad: FloatTensor<Self>,
+        ) -> [FloatTensor<Self>; 3] {
+            kernels::batch_norm_backward::<Self>(x, gamma, stats, epsilon, grad)
+        }
+
+        fn channel_affine(
+            x: FloatTensor<Self>,
+            scale: FloatTensor<Self>,
+            shift: FloatTensor<Self>,
+        ) -> FloatTensor<Self> {
+            kernels::channel_affine::<Self>(x, scale, shift)
+        }
+    };
+}
+
+/// `NdArray`'s buffers are copied in and out (its arrays may be views of any layout).
+#[cfg(feature = "ndarray")]
+mod ndarray_impl {
+    use std::borrow::Cow;
+
+    use burn_ndarray::{
+        FloatNdArrayElement, IntNdArrayElement, NdArray, NdArrayTensor, QuantElement, SharedArray,
+    };
+
+    use super::*;
+
+    impl<E, I, Q> kernels::Host for NdArray<E, I, Q>
+    where
+        E: FloatNdArrayElement,
+        I: IntNdArrayElement,
+        Q: QuantElement,
+        NdArrayTensor: From<SharedArray<E>>,
+        NdArrayTensor: From<SharedArray<I>>,
+    {
+        fn read(t: &FloatTensor<Self>) -> Cow<'_, [f32]> {
+            let data = wrap::<Self, 1>(t.clone()).into_data();
+            Cow::Owned(data.to_vec::<f32>().expect("the kernels take f32 tensors only"))
+        }
+
+        fn make(data: Vec<f32>, dims: &[usize]) -> FloatTensor<Self> {
+            use burn::tensor::ops::FloatTensorOps;
+            Self::float_from_data(TensorData::new(data, dims.to_vec()), &Default::default())
+        }
+    }
+
+    impl<E, I, Q> LayerBackend for NdArray<E, I, Q>
+    where
+        E: FloatNdArrayElement,
+        I: IntNdArrayElement,
+        Q: QuantElement,
+        NdArrayTensor: From<SharedArray<E>>,
+        NdArrayTensor: From<SharedArray<I>>,
+    {
+        kernel_methods!();
+    }
+}
+
+/// `Flex` lends its buffers: the kernels read contiguous f32 storage in place and hand their
+/// outputs over without a copy.
+#[cfg(feature = "flex")]
+mod flex_impl {
+    use std::borrow::Cow;
+
+    use burn::tensor::{Bytes, DType, Shape};
+    use burn_flex::{Flex, FlexTensor, Layout};
+
+    use super::*;
+
+    impl kernels::Host for Flex {
+        fn read(t: &FlexTensor) -> Cow<'_, [f32]> {
+            match t.as_slice::<f32>() {
+                Some(s) => Cow::Borrowed(s),
+                None => Cow::Owned(
+                    t.to_contiguous()
+                        .as_slice::<f32>()
+                        .expect("a contiguous f32 tensor")
+                        .to_vec(),
+                ),
+            }
+        }
+
+        fn make(data: Vec<f32>, dims: &[usize]) -> FlexTensor {
+            FlexTensor::new(
+                Bytes::from_elems(data),
+                Layout::contiguous(Shape::from(dims.to_vec())),
+                DType::F32,
+            )
+        }
+    }
+
+    impl LayerBackend for Flex {
+        kernel_methods!();
+    }
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<R, F, I, BT> LayerBackend for burn_cubecl::CubeBackend<R, F, I, BT>
+where
+    R: burn_cubecl::CubeRuntime,
+    F: burn_cubecl::FloatElement,
+    I: burn_cubecl::IntElement,
+    BT: burn_cubecl::BoolElement,
+{
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<B: burn_fusion::FusionBackend> LayerBackend for burn_fusion::Fusion<B> {}

@@ -1,0 +1,188 @@
+//! Layers with fast CPU forwards and backwards, for networks trained on the CPU backends (the
+//! ResNet-18 backbone of the contrastive methods): two-dimensional convolution and batch norm.
+//!
+//! [`conv2d`] computes what `burn::tensor::module::conv2d` computes, [`batch_norm_module`] what
+//! `burn::nn::BatchNorm::forward` computes. On `Flex` and `NdArray` in f32 they run the kernels
+//! of `cpu::conv` (im2col and one product per group of images, forward and in both adjoints;
+//! one group only) and `cpu::batch_norm` (per-channel sums and one multiply-add per entry), each
+//! a single autodiff node; everywhere else, and for other dtypes, they are Burn's own
+//! operations. [`conv2d_module`] and [`batch_norm_module`] apply `burn::nn` modules, so models
+//! keep Burn's modules, initialisation and records.
+
+mod autodiff;
+mod backend;
+
+pub use backend::LayerBackend;
+
+use burn::nn::{BatchNorm, PaddingConfig2d};
+use burn::nn::conv::Conv2d;
+use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
+use burn::tensor::ops::{ConvOptions, FloatTensor};
+
+/// The convolution of `x` [N, C_in, H, W] with `weight` [C_out, C_in / groups, kh, kw], plus
+/// `bias` [C_out]; differentiable on `Autodiff`.
+///
+/// Shapes and options are checked as Burn checks them (a mismatch panics there, as it does in
+/// `burn::tensor::module::conv2d`); [`conv2d_module`] is the way to call it on a module.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+/// use burn::tensor::ops::{ConvOptions, FloatTensor};
+///
+/// let device = Default::default();
+/// let x = Tensor::<NdArray, 4>::ones([2, 1, 4, 4], &device);
+/// let w = Tensor::<NdArray, 4>::ones([3, 1, 3, 3], &device);
+/// let y = vlgo_core::layers::conv2d(x, w, None, ConvOptions::new([1, 1], [1, 1], [1, 1], 1));
+/// assert_eq!(y.dims(), [2, 3, 4, 4]);
+/// // A corner sees 4 of the 9 kernel taps, the middle all 9.
+/// let y = y.into_data().to_vec::<f32>().unwrap();
+/// assert_eq!((y[0], y[5]), (4.0, 9.0));
+/// ```
+pub fn conv2d<B: LayerBackend>(
+    x: Tensor<B, 4>,
+    weight: Tensor<B, 4>,
+    bias: Option<Tensor<B, 1>>,
+    options: ConvOptions<2>,
+) -> Tensor<B, 4> {
+    let out: Tensor<B, 4> = wrap(B::convolve(unwrap(x), unwrap(weight), options));
+    match bias {
+        // Added outside the op so that autodiff differentiates it as any broadcast sum.
+        Some(bias) => {
+            let channels = bias.dims()[0];
+            out + bias.reshape([1, channels, 1, 1])
+        }
+        None => out,
+    }
+}
+
+/// `conv.forward(x)` through [`conv2d`]. `Valid` and symmetric `Explicit` padding take the fast
+/// path; `Same` and uneven `Explicit` padding keep the module's own forward.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::nn::conv::Conv2dConfig;
+/// use burn::nn::{BatchNorm, PaddingConfig2d};
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// let conv = Conv2dConfig::new([1, 4], [3, 3])
+///     .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+///     .init::<NdArray>(&device);
+/// let x = Tensor::<NdArray, 4>::ones([2, 1, 8, 8], &device);
+/// let ours = vlgo_core::layers::conv2d_module(&conv, x.clone());
+/// let burns = conv.forward(x);
+/// assert!(ours.sub(burns).abs().max().into_scalar() < 1e-5);
+/// ```
+pub fn conv2d_module<B: LayerBackend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    let padding = match conv.padding {
+        PaddingConfig2d::Valid => Some([0, 0]),
+        PaddingConfig2d::Explicit(top, left, bottom, right) => {
+            (top == bottom && left == right).then_some([top, left])
+        }
+        PaddingConfig2d::Same => None,
+    };
+    match padding {
+        Some(padding) => conv2d(
+            x,
+            conv.weight.val(),
+            conv.bias.as_ref().map(|b| b.val()),
+            ConvOptions::new(conv.stride, padding, conv.dilation, conv.groups),
+        ),
+        None => conv.forward(x),
+    }
+}
+
+/// Training-mode batch norm of `x` [N, C, ...] with the batch's statistics: the output, and the
+/// per-channel mean and biased variance (both [C], outside the autodiff graph).
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// let x = Tensor::<NdArray, 1>::from_floats([1.0, 3.0, 10.0, 30.0], &device).reshape([2, 2, 1]);
+/// let (gamma, beta) = (Tensor::ones([2], &device), Tensor::zeros([2], &device));
+/// let (y, mean, var) = vlgo_core::layers::batch_norm_train(x, gamma, beta, 0.0);
+/// assert_eq!(mean.into_data().to_vec::<f32>().unwrap(), vec![5.5, 16.5]);
+/// assert_eq!(var.into_data().to_vec::<f32>().unwrap(), vec![20.25, 182.25]);
+/// let y = y.into_data().to_vec::<f32>().unwrap();
+/// assert!((y[0] + 1.0).abs() < 1e-6 && (y[3] - 1.0).abs() < 1e-6);
+/// ```
+pub fn batch_norm_train<B: LayerBackend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> (Tensor<B, D>, Tensor<B, 1>, Tensor<B, 1>) {
+    let dims = x.dims();
+    let [y, mean, var] = B::batch_norm_train(
+        unwrap(as_channels(x)),
+        unwrap(gamma),
+        unwrap(beta),
+        epsilon,
+    );
+    (wrap::<B, 3>(y).reshape(dims), wrap(mean), wrap(var))
+}
+
+/// `bn.forward(x)` through the layer kernels: with autodiff, the batch's statistics (and the
+/// module's running averages updated as Burn updates them: momentum, biased variance); without,
+/// the running averages as one per-channel multiply-add.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::nn::BatchNormConfig;
+/// use burn::prelude::*;
+/// use burn::tensor::Distribution;
+///
+/// let device = Default::default();
+/// let bn = BatchNormConfig::new(3).init::<NdArray>(&device);
+/// let x = Tensor::<NdArray, 4>::random([2, 3, 4, 4], Distribution::Default, &device);
+/// let ours = vlgo_core::layers::batch_norm_module(&bn, x.clone());
+/// assert!(ours.sub(bn.forward(x)).abs().max().into_scalar() < 1e-5);
+/// ```
+pub fn batch_norm_module<B: LayerBackend, const D: usize>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    let dims = x.dims();
+    let device = x.device();
+    if B::ad_enabled(&device) {
+        let (y, mean, var) = batch_norm_train(x, bn.gamma.val(), bn.beta.val(), bn.epsilon);
+        let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| {
+            running
+                .to_device(&device)
+                .mul_scalar(1.0 - bn.momentum)
+                .add(batch.mul_scalar(bn.momentum))
+                .detach()
+        };
+        bn.running_mean
+            .update(blend(bn.running_mean.value_sync(), mean));
+        bn.running_var.update(blend(bn.running_var.value_sync(), var));
+        y
+    } else {
+        let mean = bn.running_mean.value().to_device(&device);
+        let var = bn.running_var.value().to_device(&device);
+        let scale = bn.gamma.val() * var.add_scalar(bn.epsilon).sqrt().recip();
+        let shift = bn.beta.val() - mean * scale.clone();
+        let y = B::channel_affine(unwrap(as_channels(x)), unwrap(scale), unwrap(shift));
+        wrap::<B, 3>(y).reshape(dims)
+    }
+}
+
+/// x [N, C, ...] as [N, C, S].
+fn as_channels<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 3> {
+    let dims = x.dims();
+    let (n, c) = (dims[0], dims.get(1).copied().unwrap_or(1));
+    let size = dims.iter().skip(2).product();
+    x.reshape([n, c, size])
+}
+
+fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}

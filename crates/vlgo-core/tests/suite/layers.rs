@@ -1,0 +1,171 @@
+//! `vlgo_core::layers` against Burn's own layers: values and gradients of the convolution (x,
+//! weight, bias) over the geometries a ResNet uses and a few it does not; batch norm's output,
+//! gradients and running averages in training and evaluation mode.
+
+use burn::module::AutodiffModule;
+use burn::nn::{BatchNormConfig, PaddingConfig2d};
+use burn::nn::conv::Conv2dConfig;
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn::tensor::ops::ConvOptions;
+use vlgo_core::layers::{batch_norm_module, conv2d, conv2d_module};
+
+use crate::common::AD;
+
+fn max_diff<BK: Backend, const D: usize>(a: Tensor<BK, D>, b: Tensor<BK, D>) -> f32 {
+    a.sub(b).abs().max().into_scalar().elem()
+}
+
+fn max_abs<BK: Backend, const D: usize>(a: Tensor<BK, D>) -> f32 {
+    a.abs().max().into_scalar().elem()
+}
+
+/// (x dims, weight dims, stride, padding, dilation, groups)
+type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 2], [usize; 2], usize);
+
+const CASES: [Case; 7] = [
+    ([4, 3, 8, 8], [5, 3, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+    ([3, 4, 9, 7], [6, 4, 3, 3], [2, 2], [1, 1], [1, 1], 1),
+    ([5, 4, 8, 8], [8, 4, 1, 1], [2, 2], [0, 0], [1, 1], 1),
+    ([40, 2, 4, 4], [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+    ([2, 3, 10, 9], [2, 3, 3, 2], [2, 3], [2, 0], [1, 2], 1),
+    ([1, 1, 5, 5], [1, 1, 5, 5], [1, 1], [0, 0], [1, 1], 1),
+    // Grouped: Burn's path, through the same interface.
+    ([2, 4, 6, 6], [4, 2, 3, 3], [1, 1], [1, 1], [1, 1], 2),
+];
+
+#[test]
+fn convolution_and_its_gradients_match_burn() {
+    let device = Default::default();
+    for (xd, wd, stride, padding, dilation, groups) in CASES {
+        let options = ConvOptions::new(stride, padding, dilation, groups);
+        let x = Tensor::<AD, 4>::random(xd, Distribution::Normal(0.0, 1.0), &device);
+        let w = Tensor::<AD, 4>::random(wd, Distribution::Normal(0.0, 1.0), &device);
+        let b = Tensor::<AD, 1>::random([wd[0]], Distribution::Normal(0.0, 1.0), &device);
+        let run = |ours: bool| {
+            let (x, w, b) = (
+                x.clone().detach().require_grad(),
+                w.clone().detach().require_grad(),
+                b.clone().detach().require_grad(),
+            );
+            let y = if ours {
+                conv2d(x.clone(), w.clone(), Some(b.clone()), options.clone())
+            } else {
+                burn::tensor::module::conv2d(x.clone(), w.clone(), Some(b.clone()), options.clone())
+            };
+            // A loss whose output adjoint is not constant: sum(y * sin(y)).
+            let loss = (y.clone() * y.clone().sin()).sum();
+            let grads = loss.backward();
+            (
+                y.inner(),
+                x.grad(&grads).unwrap(),
+                w.grad(&grads).unwrap(),
+                b.grad(&grads).unwrap(),
+            )
+        };
+        let (y0, dx0, dw0, db0) = run(false);
+        let (y1, dx1, dw1, db1) = run(true);
+        let case = format!("x {xd:?} w {wd:?} stride {stride:?} padding {padding:?}");
+        assert_eq!(y0.dims(), y1.dims(), "{case}");
+        let tol = |t: f32| 1e-5 * (1.0 + t) * 10.0;
+        assert!(max_diff(y0.clone(), y1) <= tol(max_abs(y0)), "{case}: output");
+        assert!(max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)), "{case}: dx");
+        assert!(max_diff(dw0.clone(), dw1) <= tol(max_abs(dw0)), "{case}: dw");
+        assert!(max_diff(db0.clone(), db1) <= tol(max_abs(db0)), "{case}: db");
+    }
+}
+
+#[test]
+fn only_the_wanted_gradients_are_computed_and_frozen_weights_stay_out() {
+    let device = Default::default();
+    let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+    let x = Tensor::<AD, 4>::random([2, 2, 5, 5], Distribution::Default, &device);
+    let w = Tensor::<AD, 4>::random([3, 2, 3, 3], Distribution::Default, &device).require_grad();
+    let grads = conv2d(x.clone(), w.clone(), None, options).sum().backward();
+    assert!(x.grad(&grads).is_none());
+    // d sum(y) / dw[o, c, ki, kj] is the sum of the input window that tap sees: for the
+    // bottom-right tap with padding 1, rows and columns 1..5.
+    let dw = w.grad(&grads).unwrap();
+    let window = x.inner().slice([0..2, 0..2, 1..5, 1..5]).sum_dim(0).sum_dim(2).sum_dim(3);
+    let tap = dw.slice([0..1, 0..2, 2..3, 2..3]).reshape([1, 2, 1, 1]);
+    assert!(max_diff(window.reshape([1, 2, 1, 1]), tap) < 1e-4);
+}
+
+#[test]
+fn module_forward_matches_burns_for_every_padding() {
+    let device = Default::default();
+    let x = Tensor::<AD, 4>::random([2, 3, 7, 6], Distribution::Default, &device);
+    for padding in [
+        PaddingConfig2d::Valid,
+        PaddingConfig2d::Explicit(1, 1, 1, 1),
+        PaddingConfig2d::Explicit(0, 1, 2, 1),
+        PaddingConfig2d::Same,
+    ] {
+        let conv = Conv2dConfig::new([3, 4], [3, 3])
+            .with_padding(padding.clone())
+            .init::<AD>(&device);
+        let ours = conv2d_module(&conv, x.clone());
+        let burns = conv.forward(x.clone());
+        assert_eq!(ours.dims(), burns.dims(), "{padding:?}");
+        assert!(max_diff(ours, burns) < 1e-4, "{padding:?}");
+    }
+}
+
+#[test]
+fn batch_norm_matches_burn_in_both_modes() {
+    let device = Default::default();
+    for dims in [vec![6, 4, 5, 3], vec![9, 3]] {
+        let bn = BatchNormConfig::new(dims[1])
+            .with_momentum(0.3)
+            .init::<AD>(&device);
+        // Non-trivial affine parameters, so that gamma's and beta's gradients differ.
+        let gamma = Tensor::<AD, 1>::random([dims[1]], Distribution::Normal(1.0, 0.5), &device);
+        let beta = Tensor::<AD, 1>::random([dims[1]], Distribution::Normal(0.0, 0.5), &device);
+        let bn = burn::nn::BatchNorm {
+            gamma: burn::module::Param::from_tensor(gamma),
+            beta: burn::module::Param::from_tensor(beta),
+            ..bn
+        };
+        let x = Tensor::<AD, 1>::random([dims.iter().product::<usize>()], Distribution::Normal(2.0, 3.0), &device);
+        let run = |ours: bool, bn: &burn::nn::BatchNorm<AD>| {
+            let x = x.clone().detach().require_grad();
+            let y = if dims.len() == 4 {
+                let x4 = x.clone().reshape([dims[0], dims[1], dims[2], dims[3]]);
+                let y = if ours { batch_norm_module(bn, x4) } else { bn.forward(x4) };
+                y.flatten::<1>(0, 3)
+            } else {
+                let x2 = x.clone().reshape([dims[0], dims[1]]);
+                let y = if ours { batch_norm_module(bn, x2) } else { bn.forward(x2) };
+                y.flatten::<1>(0, 1)
+            };
+            let grads = (y.clone() * y.clone().sin()).sum().backward();
+            let dgamma = bn.gamma.grad(&grads).unwrap();
+            let dbeta = bn.beta.grad(&grads).unwrap();
+            (y.inner(), x.grad(&grads).unwrap(), dgamma, dbeta)
+        };
+        let (theirs, ours) = (bn.clone(), bn.clone());
+        let (y0, dx0, dg0, db0) = run(false, &theirs);
+        let (y1, dx1, dg1, db1) = run(true, &ours);
+        let tol = |t: f32| 1e-4 * (1.0 + t);
+        let case = format!("{dims:?}");
+        assert!(max_diff(y0.clone(), y1) <= tol(max_abs(y0)), "{case}: output");
+        assert!(max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)), "{case}: dx");
+        assert!(max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)), "{case}: dgamma");
+        assert!(max_diff(db0.clone(), db1) <= tol(max_abs(db0)), "{case}: dbeta");
+        let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
+        let ((m0, v0), (m1, v1)) = (stat(&theirs), stat(&ours));
+        assert!(max_diff(m0.clone(), m1) <= tol(max_abs(m0)), "{case}: running mean");
+        assert!(max_diff(v0.clone(), v1) <= tol(max_abs(v0)), "{case}: running var");
+        // Evaluation mode (no autodiff): the running averages.
+        let (theirs, ours) = (theirs.valid(), ours.valid());
+        let x = x.inner().reshape([dims[0], dims[1], dims.get(2).copied().unwrap_or(1), dims.get(3).copied().unwrap_or(1)]);
+        let (e0, e1) = if dims.len() == 4 {
+            (theirs.forward(x.clone()), batch_norm_module(&ours, x))
+        } else {
+            let x2 = x.reshape([dims[0], dims[1]]);
+            let (a, b) = (theirs.forward(x2.clone()), batch_norm_module(&ours, x2));
+            (a.reshape([dims[0], dims[1], 1, 1]), b.reshape([dims[0], dims[1], 1, 1]))
+        };
+        assert!(max_diff(e0.clone(), e1) <= tol(max_abs(e0)), "{case}: evaluation mode");
+    }
+}
