@@ -4,7 +4,7 @@
 //! optimiser. The setting of `pytorch_anchors.py --only step`, whose figures belong beside
 //! these (same machine, same sitting).
 //!
-//! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --reps R --only 32|28]`.
+//! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --max-pool --reps R --only 32|28]`.
 //! Defaults: both backends, the anchors' batches (128 at 3 x 32 x 32, width 64; 256 at
 //! 1 x 28 x 28, width 32), one timed step after one warm-up. Throughput per image barely
 //! depends on the batch here (the convolutions cost per image), so `--batch` can shorten a
@@ -40,6 +40,7 @@ fn bench<B: TrainBackend>(
     let config = ContrastiveConfig {
         width,
         in_channels: channels,
+        max_pool: std::env::args().any(|a| a == "--max-pool"),
         ..ContrastiveConfig::new(Method::SimClrMlp)
     };
     let mut model = config.init::<B>(&device).unwrap();

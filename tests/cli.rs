@@ -280,6 +280,8 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
         "/knn/top1",
         "/baselines/raw_pixels/top1",
         "/baselines/random_init/top1",
+        "/effective_rank",
+        "/feature_entropy",
     ] {
         let v = summary.pointer(key).and_then(Value::as_f64);
         assert!(v.is_some_and(f64::is_finite), "{key}: {v:?}");
@@ -323,6 +325,65 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
         &run_s,
     ]);
     assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// STL-10 pre-trains on its labeled split followed by the unlabeled file: 6 + 10 images in
+/// batches of 8 are 2 steps an epoch (the labeled split alone would not fill one), and a
+/// `train_limit` of 10 keeps 6 + 4 (1 step); the probe trains on the 6 labeled images.
+#[test]
+fn stl10_pretrains_on_labeled_and_unlabeled_images() {
+    use vlgo_datasets::fixtures::{synthetic, write_stl10};
+    let dir = std::env::temp_dir().join(format!("vlgo-cli-stl10-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data = dir.join("stl10_binary");
+    let unlabeled = synthetic(3, 96, 96, 10, 10, 7).pixels;
+    write_stl10(
+        &data,
+        &synthetic(3, 96, 96, 10, 6, 5),
+        &synthetic(3, 96, 96, 10, 4, 6),
+        &unlabeled,
+        &[],
+    )
+    .unwrap();
+    let config = dir.join("stl10.toml");
+    let text = TINY_CONFIG
+        .replace("dataset = \"fashion-mnist\"", "dataset = \"stl10\"")
+        .replace("image_size = 12", "image_size = 16")
+        .replace("in_channels = 1", "in_channels = 3")
+        .replace("epochs = 2\n", "epochs = 1\n")
+        .replace("baselines = true", "baselines = false");
+    std::fs::write(&config, text).unwrap();
+    let steps = |run: &Path, extra: &[&str]| {
+        let (config, data, run_s) = (
+            config.display().to_string(),
+            data.display().to_string(),
+            run.display().to_string(),
+        );
+        let mut args = vec![
+            "pretrain",
+            "--config",
+            &config,
+            "--data-dir",
+            &data,
+            "--out",
+            &run_s,
+        ];
+        args.extend_from_slice(extra);
+        let out = vlgo(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+        lines.lines().filter(|l| l.contains("loss_nce")).count()
+    };
+    assert_eq!(steps(&dir.join("all"), &[]), 2);
+    assert_eq!(steps(&dir.join("limited"), &["--set", "train_limit=10"]), 1);
+    let text = std::fs::read_to_string(dir.join("all/summary.json")).unwrap();
+    let summary: Value = serde_json::from_str(&text).unwrap();
+    assert!(summary.pointer("/linear_probe/top1").is_some());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

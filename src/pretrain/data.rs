@@ -2,11 +2,12 @@
 //! inputs.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use manifoldclr::ViewSource;
 use vlgo_datasets::{
-    Augment, AugmentConfig, Cifar10, EvalTransform, IdxDataset, ImageSet, Normalization,
-    TinyImageNet, find_fashion_mnist,
+    Augment, AugmentConfig, Cifar10, EvalTransform, IdxDataset, ImageSet, Normalization, Stl10,
+    Stl10Unlabeled, TinyImageNet, find_fashion_mnist,
 };
 
 use crate::error::{CliError, Result};
@@ -23,6 +24,9 @@ pub struct ImageData {
     pub norm: Normalization,
     /// Where they came from.
     pub dir: PathBuf,
+    /// More pre-training images after `train` (STL-10's unlabeled file, read as batches need
+    /// it), with how many of them the run uses.
+    pub extra: Option<(Arc<Stl10Unlabeled>, usize)>,
 }
 
 impl ImageData {
@@ -45,6 +49,7 @@ impl ImageData {
                 ));
             }
         };
+        let mut extra = None;
         let (mut train, mut test, norm) = match config.dataset.as_str() {
             "fashion-mnist" => {
                 let d = IdxDataset::fashion_mnist(&dir)?;
@@ -59,17 +64,31 @@ impl ImageData {
                 let d = TinyImageNet::open(&dir)?;
                 (d.train, d.val, Normalization::tiny_imagenet())
             }
+            "stl10" => {
+                // Pre-training uses the labeled split and the unlabeled images (protocol).
+                let d = Stl10::open(&dir)?;
+                let unlabeled = Stl10Unlabeled::open(&dir)?;
+                let count = unlabeled.len();
+                extra = Some((Arc::new(unlabeled), count));
+                (d.train, d.test, Normalization::stl10())
+            }
             other => {
                 return Err(CliError::invalid(
                     "dataset",
                     format!("{other:?}"),
-                    "fashion-mnist, cifar10 or tinyimagenet (STL-10 pre-training, which streams \
-                     the unlabeled file, is not built yet)",
+                    "fashion-mnist, cifar10, stl10 or tinyimagenet",
                 ));
             }
         };
-        if config.train_limit > 0 && config.train_limit < train.len() {
-            train = subset(&train, config.train_limit);
+        // The limit applies to the pre-training pool: the training split first, then the extra
+        // images.
+        if config.train_limit > 0 {
+            if config.train_limit < train.len() {
+                train = subset(&train, config.train_limit);
+            }
+            if let Some((_, count)) = extra.as_mut() {
+                *count = (*count).min(config.train_limit - train.len());
+            }
         }
         if config.test_limit > 0 && config.test_limit < test.len() {
             test = subset(&test, config.test_limit);
@@ -79,6 +98,7 @@ impl ImageData {
             test,
             norm,
             dir,
+            extra,
         })
     }
 
@@ -94,12 +114,17 @@ impl ImageData {
         )?)
     }
 
-    /// The evaluation transform (a centre crop of `image_size` from the image as it is).
+    /// The evaluation transform: a centre crop of `image_size` from the image as it is, except
+    /// STL-10's, whose 96-pixel images are resized to 70 first (protocol).
     pub fn eval_transform(&self, config: &ImageRunConfig) -> Result<EvalTransform> {
         let t = &self.train;
         let side = t.height.min(t.width);
+        let resize = match config.dataset.as_str() {
+            "stl10" => 70.min(side),
+            _ => side,
+        };
         Ok(EvalTransform::new(
-            side,
+            resize,
             config.image_size.min(side),
             self.norm.clone(),
             t.channels,
@@ -119,10 +144,12 @@ pub fn subset(set: &ImageSet, n: usize) -> ImageSet {
     }
 }
 
-/// Keyed SimCLR views of a training set.
+/// Keyed SimCLR views of a training set, followed by extra images read as they are needed.
 pub struct AugmentedViews<'a> {
     /// The images.
     pub set: &'a ImageSet,
+    /// Pre-training images after `set` (sample `set.len() + i` is image `i` of the file).
+    pub extra: Option<(&'a Stl10Unlabeled, usize)>,
     /// The augmentation.
     pub augment: &'a Augment,
     /// Seed of the views.
@@ -133,7 +160,7 @@ pub struct AugmentedViews<'a> {
 
 impl ViewSource for AugmentedViews<'_> {
     fn len(&self) -> usize {
-        self.set.len()
+        self.set.len() + self.extra.map_or(0, |(_, count)| count)
     }
 
     fn shape(&self) -> [usize; 3] {
@@ -141,9 +168,44 @@ impl ViewSource for AugmentedViews<'_> {
     }
 
     fn views(&self, indices: &[usize], epoch: usize) -> manifoldclr::Result<[Vec<f32>; 2]> {
+        let failed = |e| manifoldclr::ClrError::invalid("views", e, "readable images");
+        let n = self.set.len();
+        let Some((file, count)) = self.extra.filter(|_| indices.iter().any(|&i| i >= n)) else {
+            return self
+                .augment
+                .two_views(self.set, indices, self.seed, epoch as u64)
+                .map_err(failed);
+        };
+        // Gather the batch (one positioned read per extra image), keyed by pool index.
+        let size = self.set.image_size();
+        let mut pixels = vec![0u8; indices.len() * size];
+        for (&i, out) in indices.iter().zip(pixels.chunks_exact_mut(size)) {
+            match i.checked_sub(n) {
+                None => out.copy_from_slice(self.set.image(i)),
+                Some(j) if j < count => file.read(j, out).map_err(failed)?,
+                Some(_) => {
+                    return Err(manifoldclr::ClrError::invalid(
+                        "sample index",
+                        i,
+                        format!("below the pool's size, {}", n + count),
+                    ));
+                }
+            }
+        }
+        let s = self.set;
+        let labels = vec![0; indices.len()];
+        let batch = ImageSet::new(
+            s.channels,
+            s.height,
+            s.width,
+            pixels,
+            labels,
+            s.classes.clone(),
+        )
+        .map_err(failed)?;
         self.augment
-            .two_views(self.set, indices, self.seed, epoch as u64)
-            .map_err(|e| manifoldclr::ClrError::invalid("views", e, "readable images"))
+            .two_views_keyed(&batch, indices, self.seed, epoch as u64)
+            .map_err(failed)
     }
 }
 

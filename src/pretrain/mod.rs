@@ -6,12 +6,10 @@ pub mod data;
 
 use std::path::Path;
 
-
 use indicatif::{ProgressBar, ProgressStyle};
 use manifoldclr::{
     Accuracy, ContrastiveModel, Features, PretrainHooks, Pretrainer, ResNet18, StepLog,
-    TrainBackend,
-    extract_features, knn, linear_probe,
+    TrainBackend, extract_features, feature_spectrum, knn, linear_probe,
 };
 use serde_json::json;
 use vlgo_core::layers::LayerBackend;
@@ -158,6 +156,10 @@ pub fn pretrain<B: TrainBackend>(
     let augment = data.augment(config)?;
     let views = AugmentedViews {
         set: &data.train,
+        extra: data
+            .extra
+            .as_ref()
+            .map(|(file, count)| (file.as_ref(), *count)),
         augment: &augment,
         seed: config.pretrain.seed,
         size: config.image_size,
@@ -275,6 +277,10 @@ fn evaluate<B: TrainBackend>(
     let f_train = embed(backbone, &data.train, data, config, device)?;
     let f_test = embed(backbone, &data.test, data, config, device)?;
     let classes = data.train.classes.len();
+    // Of the test features: what the probe and kNN are scored on.
+    let spectrum = feature_spectrum(&f_test)?;
+    summary["effective_rank"] = json!(spectrum.effective_rank);
+    summary["feature_entropy"] = json!(spectrum.entropy);
     if which[0] {
         let k = config.knn_k.min(f_train.len());
         let acc = knn::<B::InnerBackend>(&f_train, &f_test, classes, k, device)?;
@@ -325,4 +331,26 @@ pub fn evaluate_run<B: TrainBackend>(
     )?;
     RunFolder::existing(run)?.write_json("summary.json", &summary)?;
     Ok(summary)
+}
+
+/// The command line of the per-dataset examples, `[DATA_DIR] [OUT_DIR] [KEY=VALUE ...]`, on the
+/// shipped config `configs/<config>.toml`: pre-trains into OUT_DIR (default
+/// `runs/example-<config>`), evaluates, and returns the summary.
+pub fn run_example<B: TrainBackend>(config: &str, device: &B::Device) -> Result<serde_json::Value> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("configs")
+        .join(format!("{config}.toml"));
+    let mut resolved = ImageRunConfig::load(&path)?;
+    let (paths, sets): (Vec<&String>, Vec<&String>) = args.iter().partition(|a| !a.contains('='));
+    if let Some(dir) = paths.first() {
+        resolved.data_dir = Some(dir.into());
+    }
+    for s in sets {
+        resolved = crate::args::set(&resolved, s)?;
+    }
+    let out = paths
+        .get(1)
+        .map_or(format!("runs/example-{config}"), |p| p.to_string());
+    pretrain::<B>(&resolved, out.as_ref(), false, device)
 }

@@ -362,20 +362,50 @@ impl Augment {
                 format!("below the set's size, {}", set.len()),
             ));
         }
-        let len = self.view_len();
-        let mut views = [
-            vec![0.0f32; indices.len() * len],
-            vec![0.0f32; indices.len() * len],
-        ];
-        for (v, out) in views.iter_mut().enumerate() {
-            out.par_chunks_mut(len)
-                .zip(indices.par_iter())
-                .for_each(|(o, &i)| {
-                    let params = self.draw(seed, epoch, i as u64, v as u64);
-                    self.apply(set.image(i), &params, o);
-                });
+        Ok(self.views_of(indices.len(), seed, epoch, |k| {
+            (indices[k], set.image(indices[k]))
+        }))
+    }
+
+    /// Both views of a batch gathered from a larger pool (a file read in pieces): image k of
+    /// `batch` is sample `keys[k]` of the pool and draws that sample's randomness, so the views
+    /// equal what [`two_views`](Self::two_views) gives on the whole pool.
+    pub fn two_views_keyed(
+        &self,
+        batch: &ImageSet,
+        keys: &[usize],
+        seed: u64,
+        epoch: u64,
+    ) -> Result<[Vec<f32>; 2]> {
+        check_shape(batch, [self.channels, self.height, self.width])?;
+        if keys.len() != batch.len() {
+            return Err(DatasetError::invalid(
+                "sample keys",
+                keys.len(),
+                format!("one per image of the batch, {}", batch.len()),
+            ));
         }
-        Ok(views)
+        Ok(self.views_of(keys.len(), seed, epoch, |k| (keys[k], batch.image(k))))
+    }
+
+    /// Views of `count` samples, sample k being (its key, its pixels).
+    fn views_of<'a>(
+        &self,
+        count: usize,
+        seed: u64,
+        epoch: u64,
+        sample: impl Fn(usize) -> (usize, &'a [u8]) + Sync,
+    ) -> [Vec<f32>; 2] {
+        let len = self.view_len();
+        let mut views = [vec![0.0f32; count * len], vec![0.0f32; count * len]];
+        for (v, out) in views.iter_mut().enumerate() {
+            out.par_chunks_mut(len).enumerate().for_each(|(k, o)| {
+                let (key, image) = sample(k);
+                let params = self.draw(seed, epoch, key as u64, v as u64);
+                self.apply(image, &params, o);
+            });
+        }
+        views
     }
 }
 

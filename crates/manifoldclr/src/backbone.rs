@@ -188,9 +188,10 @@ impl<B: Backend> ResNet18<B> {
                 format!("[batch, {}, height >= 1, width >= 1]", self.in_channels),
             ));
         }
-        let mut x = self
-            .relu
-            .forward(batch_norm_module(&self.stem_bn, conv2d_module(&self.stem, images)));
+        let mut x = self.relu.forward(batch_norm_module(
+            &self.stem_bn,
+            conv2d_module(&self.stem, images),
+        ));
         if let Some(pool) = &self.max_pool {
             x = pool.forward(x);
         }

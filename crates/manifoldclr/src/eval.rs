@@ -100,6 +100,71 @@ pub fn extract_features<B: LayerBackend>(
     Features::new(values, backbone.features(), labels.to_vec())
 }
 
+/// How spread a feature matrix's spectrum is (Roy and Vetterli): with the singular values
+/// normalised to sum 1 (p_i), the entropy -sum p_i ln p_i and the effective rank exp(entropy),
+/// between 1 (one direction) and the dimension (a flat spectrum). Both are reported because the
+/// public code logs the entropy under the name of the rank.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spectrum {
+    /// exp(entropy).
+    pub effective_rank: f64,
+    /// Entropy of the normalised singular values, in nats.
+    pub entropy: f64,
+}
+
+/// The [`Spectrum`] of the rows of `features` (not centred, as Roy and Vetterli define it), from
+/// the eigenvalues of the d x d Gram matrix in f64; an error for an all-zero matrix.
+///
+/// ```
+/// use manifoldclr::{Features, feature_spectrum};
+///
+/// // Two orthogonal rows of equal norm: two equal singular values, effective rank 2.
+/// let f = Features::new(vec![3.0, 0.0, 0.0, 0.0, 3.0, 0.0], 3, vec![0, 1]).unwrap();
+/// let s = feature_spectrum(&f).unwrap();
+/// assert!((s.effective_rank - 2.0).abs() < 1e-9);
+/// assert!((s.entropy - 2f64.ln()).abs() < 1e-9);
+/// ```
+pub fn feature_spectrum(features: &Features) -> Result<Spectrum> {
+    let d = features.dim;
+    let mut gram = nalgebra::DMatrix::<f64>::zeros(d, d);
+    for row in features.values.chunks_exact(d) {
+        for i in 0..d {
+            let ri = row[i] as f64;
+            for j in i..d {
+                gram[(i, j)] += ri * row[j] as f64;
+            }
+        }
+    }
+    for i in 0..d {
+        for j in 0..i {
+            gram[(i, j)] = gram[(j, i)];
+        }
+    }
+    let singular: Vec<f64> = gram
+        .symmetric_eigenvalues()
+        .iter()
+        .map(|&l| l.max(0.0).sqrt())
+        .collect();
+    let total: f64 = singular.iter().sum();
+    if total <= 0.0 {
+        return Err(ClrError::invalid(
+            "features for the spectrum",
+            "an all-zero matrix",
+            "at least one non-zero row",
+        ));
+    }
+    let entropy: f64 = singular
+        .iter()
+        .map(|&s| s / total)
+        .filter(|&p| p > 0.0)
+        .map(|p| -p * p.ln())
+        .sum();
+    Ok(Spectrum {
+        effective_rank: entropy.exp(),
+        entropy,
+    })
+}
+
 /// Top-1 and top-5 accuracy, in percent.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {

@@ -4,6 +4,7 @@ use burn::module::Module;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, Relu};
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
+use vlgo_core::layers::{LayerBackend, batch_norm_module};
 
 use crate::error::{ClrError, Result};
 
@@ -86,7 +87,10 @@ impl<B: Backend> ProjectionHead<B> {
 
     /// Projects features [B, input] (a batch of one with the MLP head in training mode is an
     /// error: batch norm needs two).
-    pub fn forward(&self, features: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+    pub fn forward(&self, features: Tensor<B, 2>) -> Result<Tensor<B, 2>>
+    where
+        B: LayerBackend,
+    {
         let [n, d] = features.dims();
         if d != self.input {
             return Err(ClrError::invalid(
@@ -104,7 +108,7 @@ impl<B: Backend> ProjectionHead<B> {
                     "at least 2 rows to train the MLP head's batch norm",
                 ));
             }
-            x = self.relu.forward(bn.forward(first.forward(x)));
+            x = self.relu.forward(batch_norm_module(bn, first.forward(x)));
         }
         if let Some(last) = &self.last {
             x = last.forward(x);

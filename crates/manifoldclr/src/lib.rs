@@ -32,7 +32,10 @@ pub mod schedule;
 pub use backbone::{ResNet18, ResNet18Config};
 pub use clip::clip_global_norm;
 pub use error::{ClrError, Result};
-pub use eval::{Accuracy, Features, ProbeConfig, extract_features, knn, linear_probe};
+pub use eval::{
+    Accuracy, Features, ProbeConfig, Spectrum, extract_features, feature_spectrum, knn,
+    linear_probe,
+};
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
 pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};

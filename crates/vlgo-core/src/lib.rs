@@ -53,12 +53,12 @@
 //!   choose again (nor, for one step of a tiny matrix, recompute the forward).
 
 pub mod best_of_j;
-pub mod layers;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub mod cpu;
 pub mod error;
 pub mod expm;
 pub mod laplace;
+pub mod layers;
 pub mod loss;
 pub mod operators;
 pub mod rng;

@@ -108,13 +108,14 @@ fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) 
     let [ho, wo] = s.out();
     let [kh, kw] = s.kernel;
     let (h, w) = (s.height, s.width);
+    let valid: Vec<(usize, usize)> = (0..kw).map(|kj| s.valid_columns(kj)).collect();
     for c in 0..s.channels_in {
         let plane = &x[c * h * w..(c + 1) * h * w];
         for ki in 0..kh {
             for kj in 0..kw {
                 let row = (c * kh + ki) * kw + kj;
                 let dst = &mut cols[row * ld + offset..row * ld + offset + ho * wo];
-                let (lo, hi) = s.valid_columns(kj);
+                let (lo, hi) = valid[kj];
                 let iw0 = s.source(1, 0, kj);
                 for oh in 0..ho {
                     let out = &mut dst[oh * wo..(oh + 1) * wo];
@@ -145,13 +146,14 @@ fn col2im(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32])
     let [ho, wo] = s.out();
     let [kh, kw] = s.kernel;
     let (h, w) = (s.height, s.width);
+    let valid: Vec<(usize, usize)> = (0..kw).map(|kj| s.valid_columns(kj)).collect();
     for c in 0..s.channels_in {
         let plane = &mut dx[c * h * w..(c + 1) * h * w];
         for ki in 0..kh {
             for kj in 0..kw {
                 let row = (c * kh + ki) * kw + kj;
                 let src = &cols[row * ld + offset..row * ld + offset + ho * wo];
-                let (lo, hi) = s.valid_columns(kj);
+                let (lo, hi) = valid[kj];
                 let iw0 = s.source(1, 0, kj);
                 for oh in 0..ho {
                     let ih = s.source(0, oh, ki);
@@ -253,36 +255,39 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
     let g = s.group();
     out.par_chunks_mut(g * s.image_out())
         .zip(x.par_chunks(g * s.image_in()))
-        .for_each_init(Vec::new, |cols, (out, x)| {
-            let images = out.len() / s.image_out();
-            let ld = images * p;
-            cols.resize(k * ld, 0.0);
-            for (i, image) in x.chunks(s.image_in()).enumerate() {
-                im2col(s, image, cols, ld, i * p);
-            }
-            let w = View::rows(weight, k);
-            let c = View::rows(cols, ld);
-            if images == 1 {
-                // SAFETY: w is [co, k], cols [k, p], out [co, p].
-                unsafe { product((co, p, k), out, p, false, w, c) };
-            } else {
-                let mut tmp = vec![0.0f32; co * ld];
-                // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
-                unsafe { product((co, ld, k), &mut tmp, ld, false, w, c) };
-                for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
-                    for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
-                        o.copy_from_slice(&row[i * p..(i + 1) * p]);
+        .for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(cols, tmp), (out, x)| {
+                let images = out.len() / s.image_out();
+                let ld = images * p;
+                cols.resize(k * ld, 0.0);
+                for (i, image) in x.chunks(s.image_in()).enumerate() {
+                    im2col(s, image, cols, ld, i * p);
+                }
+                let w = View::rows(weight, k);
+                let c = View::rows(cols, ld);
+                if images == 1 {
+                    // SAFETY: w is [co, k], cols [k, p], out [co, p].
+                    unsafe { product((co, p, k), out, p, false, w, c) };
+                } else {
+                    tmp.resize(co * ld, 0.0);
+                    // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
+                    unsafe { product((co, ld, k), tmp, ld, false, w, c) };
+                    for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
+                        for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
+                            o.copy_from_slice(&row[i * p..(i + 1) * p]);
+                        }
                     }
                 }
-            }
-            if let Some(bias) = bias {
-                for image in out.chunks_mut(s.image_out()) {
-                    for (o, b) in image.chunks_mut(p).zip(bias) {
-                        o.iter_mut().for_each(|v| *v += b);
+                if let Some(bias) = bias {
+                    for image in out.chunks_mut(s.image_out()) {
+                        for (o, b) in image.chunks_mut(p).zip(bias) {
+                            o.iter_mut().for_each(|v| *v += b);
+                        }
                     }
                 }
-            }
-        });
+            },
+        );
     out
 }
 
@@ -502,9 +507,8 @@ mod tests {
             let dy = values(s.batch * s.image_out(), 5);
             let (dx, dw) = backward(&s, &x, &w, &dy, true, true);
             let (dx, dw) = (dx.unwrap(), dw.unwrap());
-            let dot = |a: &[f32], b: &[f64]| -> f64 {
-                a.iter().zip(b).map(|(a, b)| *a as f64 * b).sum()
-            };
+            let dot =
+                |a: &[f32], b: &[f64]| -> f64 { a.iter().zip(b).map(|(a, b)| *a as f64 * b).sum() };
             let x2 = values(x.len(), 6);
             let w2 = values(w.len(), 7);
             let lhs_x = dot(&dx, &x2.iter().map(|v| *v as f64).collect::<Vec<_>>());

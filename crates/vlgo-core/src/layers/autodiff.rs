@@ -74,7 +74,11 @@ impl<B: LayerBackend, C: CheckpointStrategy> LayerBackend for Autodiff<B, C> {
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let out = B::convolve(x.primitive.clone(), weight.primitive.clone(), options.clone());
+                let out = B::convolve(
+                    x.primitive.clone(),
+                    weight.primitive.clone(),
+                    options.clone(),
+                );
                 prep.finish((x.primitive, weight.primitive, options), out)
             }
             OpsKind::UnTracked(prep) => {
@@ -93,8 +97,12 @@ impl<B: LayerBackend, C: CheckpointStrategy> LayerBackend for Autodiff<B, C> {
             .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
             .compute_bound()
             .stateful();
-        let [y, mean, var] =
-            B::batch_norm_train(x.primitive.clone(), gamma.primitive.clone(), beta.primitive, epsilon);
+        let [y, mean, var] = B::batch_norm_train(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive,
+            epsilon,
+        );
         // The statistics leave the graph: they only feed the running averages.
         let stats = [
             Self::from_inner(mean.clone()),

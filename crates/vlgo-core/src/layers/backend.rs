@@ -127,8 +127,7 @@ mod tensor_ops {
         let m = (n * s) as f64;
         // dx = gamma inv_std / m (m dy - sum dy - xhat sum dy xhat)
         let k = channel(wrap::<B, 1>(gamma) * inv_std).div_scalar(m);
-        let dx =
-            k * (grad.mul_scalar(m) - channel(dbeta.clone()) - xhat * channel(dgamma.clone()));
+        let dx = k * (grad.mul_scalar(m) - channel(dbeta.clone()) - xhat * channel(dgamma.clone()));
         [unwrap(dx), unwrap(dgamma), unwrap(dbeta)]
     }
 
@@ -199,12 +198,17 @@ mod kernels {
     }
 
     /// [N, C, S] with every per-channel tensor of length C, all f32.
-    fn norm_shape<B: Backend>(x: &FloatTensor<B>, per_channel: &[&FloatTensor<B>]) -> Option<NormShape> {
+    fn norm_shape<B: Backend>(
+        x: &FloatTensor<B>,
+        per_channel: &[&FloatTensor<B>],
+    ) -> Option<NormShape> {
         let xs = x.shape();
         let fits = xs.num_dims() == 3
             && f32s::<B>(&[x])
             && f32s::<B>(per_channel)
-            && per_channel.iter().all(|t| t.shape().dims::<1>() == [xs[1]]);
+            && per_channel
+                .iter()
+                .all(|t| t.shape().num_dims() == 1 && t.shape()[0] == xs[1]);
         fits.then(|| NormShape {
             batch: xs[0],
             channels: xs[1],
@@ -376,7 +380,10 @@ mod ndarray_impl {
     {
         fn read(t: &FloatTensor<Self>) -> Cow<'_, [f32]> {
             let data = wrap::<Self, 1>(t.clone()).into_data();
-            Cow::Owned(data.to_vec::<f32>().expect("the kernels take f32 tensors only"))
+            Cow::Owned(
+                data.to_vec::<f32>()
+                    .expect("the kernels take f32 tensors only"),
+            )
         }
 
         fn make(data: Vec<f32>, dims: &[usize]) -> FloatTensor<Self> {

@@ -14,8 +14,8 @@ mod backend;
 
 pub use backend::LayerBackend;
 
-use burn::nn::{BatchNorm, PaddingConfig2d};
 use burn::nn::conv::Conv2d;
+use burn::nn::{BatchNorm, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
@@ -117,12 +117,8 @@ pub fn batch_norm_train<B: LayerBackend, const D: usize>(
     epsilon: f64,
 ) -> (Tensor<B, D>, Tensor<B, 1>, Tensor<B, 1>) {
     let dims = x.dims();
-    let [y, mean, var] = B::batch_norm_train(
-        unwrap(as_channels(x)),
-        unwrap(gamma),
-        unwrap(beta),
-        epsilon,
-    );
+    let [y, mean, var] =
+        B::batch_norm_train(unwrap(as_channels(x)), unwrap(gamma), unwrap(beta), epsilon);
     (wrap::<B, 3>(y).reshape(dims), wrap(mean), wrap(var))
 }
 
@@ -159,7 +155,8 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
         };
         bn.running_mean
             .update(blend(bn.running_mean.value_sync(), mean));
-        bn.running_var.update(blend(bn.running_var.value_sync(), var));
+        bn.running_var
+            .update(blend(bn.running_var.value_sync(), var));
         y
     } else {
         let mean = bn.running_mean.value().to_device(&device);

@@ -3,8 +3,8 @@
 //! gradients and running averages in training and evaluation mode.
 
 use burn::module::AutodiffModule;
-use burn::nn::{BatchNormConfig, PaddingConfig2d};
 use burn::nn::conv::Conv2dConfig;
+use burn::nn::{BatchNormConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::ops::ConvOptions;
@@ -21,7 +21,14 @@ fn max_abs<BK: Backend, const D: usize>(a: Tensor<BK, D>) -> f32 {
 }
 
 /// (x dims, weight dims, stride, padding, dilation, groups)
-type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 2], [usize; 2], usize);
+type Case = (
+    [usize; 4],
+    [usize; 4],
+    [usize; 2],
+    [usize; 2],
+    [usize; 2],
+    usize,
+);
 
 const CASES: [Case; 7] = [
     ([4, 3, 8, 8], [5, 3, 3, 3], [1, 1], [1, 1], [1, 1], 1),
@@ -68,10 +75,22 @@ fn convolution_and_its_gradients_match_burn() {
         let case = format!("x {xd:?} w {wd:?} stride {stride:?} padding {padding:?}");
         assert_eq!(y0.dims(), y1.dims(), "{case}");
         let tol = |t: f32| 1e-5 * (1.0 + t) * 10.0;
-        assert!(max_diff(y0.clone(), y1) <= tol(max_abs(y0)), "{case}: output");
-        assert!(max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)), "{case}: dx");
-        assert!(max_diff(dw0.clone(), dw1) <= tol(max_abs(dw0)), "{case}: dw");
-        assert!(max_diff(db0.clone(), db1) <= tol(max_abs(db0)), "{case}: db");
+        assert!(
+            max_diff(y0.clone(), y1) <= tol(max_abs(y0)),
+            "{case}: output"
+        );
+        assert!(
+            max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)),
+            "{case}: dx"
+        );
+        assert!(
+            max_diff(dw0.clone(), dw1) <= tol(max_abs(dw0)),
+            "{case}: dw"
+        );
+        assert!(
+            max_diff(db0.clone(), db1) <= tol(max_abs(db0)),
+            "{case}: db"
+        );
     }
 }
 
@@ -86,7 +105,12 @@ fn only_the_wanted_gradients_are_computed_and_frozen_weights_stay_out() {
     // d sum(y) / dw[o, c, ki, kj] is the sum of the input window that tap sees: for the
     // bottom-right tap with padding 1, rows and columns 1..5.
     let dw = w.grad(&grads).unwrap();
-    let window = x.inner().slice([0..2, 0..2, 1..5, 1..5]).sum_dim(0).sum_dim(2).sum_dim(3);
+    let window = x
+        .inner()
+        .slice([0..2, 0..2, 1..5, 1..5])
+        .sum_dim(0)
+        .sum_dim(2)
+        .sum_dim(3);
     let tap = dw.slice([0..1, 0..2, 2..3, 2..3]).reshape([1, 2, 1, 1]);
     assert!(max_diff(window.reshape([1, 2, 1, 1]), tap) < 1e-4);
 }
@@ -126,16 +150,28 @@ fn batch_norm_matches_burn_in_both_modes() {
             beta: burn::module::Param::from_tensor(beta),
             ..bn
         };
-        let x = Tensor::<AD, 1>::random([dims.iter().product::<usize>()], Distribution::Normal(2.0, 3.0), &device);
+        let x = Tensor::<AD, 1>::random(
+            [dims.iter().product::<usize>()],
+            Distribution::Normal(2.0, 3.0),
+            &device,
+        );
         let run = |ours: bool, bn: &burn::nn::BatchNorm<AD>| {
             let x = x.clone().detach().require_grad();
             let y = if dims.len() == 4 {
                 let x4 = x.clone().reshape([dims[0], dims[1], dims[2], dims[3]]);
-                let y = if ours { batch_norm_module(bn, x4) } else { bn.forward(x4) };
+                let y = if ours {
+                    batch_norm_module(bn, x4)
+                } else {
+                    bn.forward(x4)
+                };
                 y.flatten::<1>(0, 3)
             } else {
                 let x2 = x.clone().reshape([dims[0], dims[1]]);
-                let y = if ours { batch_norm_module(bn, x2) } else { bn.forward(x2) };
+                let y = if ours {
+                    batch_norm_module(bn, x2)
+                } else {
+                    bn.forward(x2)
+                };
                 y.flatten::<1>(0, 1)
             };
             let grads = (y.clone() * y.clone().sin()).sum().backward();
@@ -148,24 +184,53 @@ fn batch_norm_matches_burn_in_both_modes() {
         let (y1, dx1, dg1, db1) = run(true, &ours);
         let tol = |t: f32| 1e-4 * (1.0 + t);
         let case = format!("{dims:?}");
-        assert!(max_diff(y0.clone(), y1) <= tol(max_abs(y0)), "{case}: output");
-        assert!(max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)), "{case}: dx");
-        assert!(max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)), "{case}: dgamma");
-        assert!(max_diff(db0.clone(), db1) <= tol(max_abs(db0)), "{case}: dbeta");
+        assert!(
+            max_diff(y0.clone(), y1) <= tol(max_abs(y0)),
+            "{case}: output"
+        );
+        assert!(
+            max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)),
+            "{case}: dx"
+        );
+        assert!(
+            max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)),
+            "{case}: dgamma"
+        );
+        assert!(
+            max_diff(db0.clone(), db1) <= tol(max_abs(db0)),
+            "{case}: dbeta"
+        );
         let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
         let ((m0, v0), (m1, v1)) = (stat(&theirs), stat(&ours));
-        assert!(max_diff(m0.clone(), m1) <= tol(max_abs(m0)), "{case}: running mean");
-        assert!(max_diff(v0.clone(), v1) <= tol(max_abs(v0)), "{case}: running var");
+        assert!(
+            max_diff(m0.clone(), m1) <= tol(max_abs(m0)),
+            "{case}: running mean"
+        );
+        assert!(
+            max_diff(v0.clone(), v1) <= tol(max_abs(v0)),
+            "{case}: running var"
+        );
         // Evaluation mode (no autodiff): the running averages.
         let (theirs, ours) = (theirs.valid(), ours.valid());
-        let x = x.inner().reshape([dims[0], dims[1], dims.get(2).copied().unwrap_or(1), dims.get(3).copied().unwrap_or(1)]);
+        let x = x.inner().reshape([
+            dims[0],
+            dims[1],
+            dims.get(2).copied().unwrap_or(1),
+            dims.get(3).copied().unwrap_or(1),
+        ]);
         let (e0, e1) = if dims.len() == 4 {
             (theirs.forward(x.clone()), batch_norm_module(&ours, x))
         } else {
             let x2 = x.reshape([dims[0], dims[1]]);
             let (a, b) = (theirs.forward(x2.clone()), batch_norm_module(&ours, x2));
-            (a.reshape([dims[0], dims[1], 1, 1]), b.reshape([dims[0], dims[1], 1, 1]))
+            (
+                a.reshape([dims[0], dims[1], 1, 1]),
+                b.reshape([dims[0], dims[1], 1, 1]),
+            )
         };
-        assert!(max_diff(e0.clone(), e1) <= tol(max_abs(e0)), "{case}: evaluation mode");
+        assert!(
+            max_diff(e0.clone(), e1) <= tol(max_abs(e0)),
+            "{case}: evaluation mode"
+        );
     }
 }

@@ -2,11 +2,11 @@
 //! (`NdArray` by default; `cargo test-flex` / `test-wgpu` run it elsewhere).
 
 mod common;
-mod layers;
 mod errors;
 mod expm_accuracy;
 mod expm_gradients;
 mod expmv;
 mod laplace;
+mod layers;
 mod operators;
 mod sparse_coding;
