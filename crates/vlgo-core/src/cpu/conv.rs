@@ -112,10 +112,9 @@ fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) 
     for c in 0..s.channels_in {
         let plane = &x[c * h * w..(c + 1) * h * w];
         for ki in 0..kh {
-            for kj in 0..kw {
+            for (kj, &(lo, hi)) in valid.iter().enumerate() {
                 let row = (c * kh + ki) * kw + kj;
                 let dst = &mut cols[row * ld + offset..row * ld + offset + ho * wo];
-                let (lo, hi) = valid[kj];
                 let iw0 = s.source(1, 0, kj);
                 for oh in 0..ho {
                     let out = &mut dst[oh * wo..(oh + 1) * wo];
@@ -150,10 +149,9 @@ fn col2im(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32])
     for c in 0..s.channels_in {
         let plane = &mut dx[c * h * w..(c + 1) * h * w];
         for ki in 0..kh {
-            for kj in 0..kw {
+            for (kj, &(lo, hi)) in valid.iter().enumerate() {
                 let row = (c * kh + ki) * kw + kj;
                 let src = &cols[row * ld + offset..row * ld + offset + ho * wo];
-                let (lo, hi) = valid[kj];
                 let iw0 = s.source(1, 0, kj);
                 for oh in 0..ho {
                     let ih = s.source(0, oh, ki);
