@@ -2,7 +2,6 @@
 //! backend, as for the exponential: the `Autodiff` impl would overlap a blanket one).
 
 use burn::prelude::*;
-use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
 /// Backends that run the layers of [`crate::layers`]: convolution and batch norm.
@@ -66,13 +65,7 @@ pub trait LayerBackend: Backend {
     }
 }
 
-fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
-}
-
-fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
+use super::{unwrap, wrap};
 
 /// The layers from Burn's tensor operations: the defaults, and the fallback of the kernels.
 mod tensor_ops {

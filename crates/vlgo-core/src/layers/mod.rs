@@ -176,10 +176,10 @@ fn as_channels<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 3> {
     x.reshape([n, c, size])
 }
 
-fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+pub(crate) fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
-fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+pub(crate) fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
