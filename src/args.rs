@@ -36,7 +36,8 @@ pretrain options:
   --set KEY=VALUE    any setting of the config (repeatable), e.g. --set pretrain.epochs=2
 
 probe / knn options:
-  --run DIR          the run folder of a pre-training run
+  --run DIR          the run folder of a pre-training run; the settings are those of
+                     its config.toml ([probe], knn_k, baselines), which may be edited
 
   -h, --help         this text";
 

@@ -293,7 +293,12 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
     assert_eq!(lines.lines().filter(|l| l.contains("loss_nce")).count(), 6);
     assert_eq!(lines.lines().filter(|l| l.contains("knn_top1")).count(), 2);
 
-    // probe and knn re-evaluate the checkpoint and keep the other keys.
+    // probe and knn re-evaluate the checkpoint and keep the other keys; probe also re-measures
+    // the baselines (spoiled here, so that only a re-measurement brings them back).
+    let mut spoiled = summary.clone();
+    spoiled["baselines"]["raw_pixels"]["top1"] = serde_json::json!(-1.0);
+    spoiled["baselines"]["random_init"]["top1"] = serde_json::json!(-1.0);
+    std::fs::write(run.join("summary.json"), spoiled.to_string()).unwrap();
     let out = vlgo(&["probe", "--run", &run_s]);
     assert!(
         out.status.success(),

@@ -218,28 +218,7 @@ pub fn pretrain<B: TrainBackend>(
         device,
     )?;
     if config.baselines {
-        eprintln!("baselines: raw pixels and the randomly initialised backbone");
-        let raw = linear_probe::<B>(
-            &pixels(&data.train, &data, config)?,
-            &pixels(&data.test, &data, config)?,
-            data.train.classes.len(),
-            &config.probe,
-            device,
-        )?;
-        let random = Pretrainer::<B>::new(config.pretrain.clone(), device)?.eval_backbone();
-        let f_train = embed(&random, &data.train, &data, config, device)?;
-        let f_test = embed(&random, &data.test, &data, config, device)?;
-        let rand_acc = linear_probe::<B>(
-            &f_train,
-            &f_test,
-            data.train.classes.len(),
-            &config.probe,
-            device,
-        )?;
-        summary["baselines"] = json!({
-            "raw_pixels": {"top1": raw.top1, "top5": raw.top5},
-            "random_init": {"top1": rand_acc.top1, "top5": rand_acc.top5},
-        });
+        baselines::<B>(&data, config, &mut summary, device)?;
     }
     folder.write_json("summary.json", &summary)?;
     if !curve.is_empty() {
@@ -257,6 +236,35 @@ pub fn pretrain<B: TrainBackend>(
         )?;
     }
     Ok(summary)
+}
+
+/// The two baselines of `summary.json` (`baselines.raw_pixels`, `baselines.random_init`): the
+/// linear probe, with the run's probe settings, on the evaluation-transformed pixels and on the
+/// features of the backbone as initialised (same seed, never trained).
+fn baselines<B: TrainBackend>(
+    data: &ImageData,
+    config: &ImageRunConfig,
+    summary: &mut serde_json::Value,
+    device: &B::Device,
+) -> Result<()> {
+    eprintln!("baselines: raw pixels and the randomly initialised backbone");
+    let classes = data.train.classes.len();
+    let raw = linear_probe::<B>(
+        &pixels(&data.train, data, config)?,
+        &pixels(&data.test, data, config)?,
+        classes,
+        &config.probe,
+        device,
+    )?;
+    let random = Pretrainer::<B>::new(config.pretrain.clone(), device)?.eval_backbone();
+    let f_train = embed(&random, &data.train, data, config, device)?;
+    let f_test = embed(&random, &data.test, data, config, device)?;
+    let rand_acc = linear_probe::<B>(&f_train, &f_test, classes, &config.probe, device)?;
+    summary["baselines"] = json!({
+        "raw_pixels": {"top1": raw.top1, "top5": raw.top5},
+        "random_init": {"top1": rand_acc.top1, "top5": rand_acc.top5},
+    });
+    Ok(())
 }
 
 /// The kNN (`which[0]`) and the linear probe (`which[1]`) of a backbone's frozen features, into
@@ -295,7 +303,8 @@ fn evaluate<B: TrainBackend>(
 }
 
 /// `vlgo probe --run DIR` (`probe`) and `vlgo knn --run DIR`: evaluates the run's last checkpoint
-/// and updates its `summary.json`.
+/// with the settings of the run's `config.toml` and updates its `summary.json` (the probe also
+/// re-measures the baselines when the config asks for them).
 pub fn evaluate_run<B: TrainBackend>(
     run: &Path,
     probe: bool,
@@ -329,6 +338,11 @@ pub fn evaluate_run<B: TrainBackend>(
         &mut summary,
         device,
     )?;
+    // The baselines are only comparable when probed with the same settings, which the run's
+    // config.toml may have changed since pre-training.
+    if probe && config.baselines {
+        baselines::<B>(&data, &config, &mut summary, device)?;
+    }
     RunFolder::existing(run)?.write_json("summary.json", &summary)?;
     Ok(summary)
 }
