@@ -61,7 +61,7 @@ fn bench<B: TrainBackend>(
         let b = Tensor::<B, 4>::from_data(TensorData::new(b, dims), &device);
         let data = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let loss = model.step(a, b).unwrap().loss;
+        let loss = model.step(a, b, rep as u64).unwrap().loss;
         let _ = loss.clone().into_scalar();
         let forward = t.elapsed().as_secs_f64();
         let t = Instant::now();

@@ -333,6 +333,72 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
+    let dir = std::env::temp_dir().join(format!("vlgo-cli-manifold-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (config, data) = fixture(&dir);
+    let run = dir.join("run");
+    let run_s = run.display().to_string();
+    let out = vlgo(&[
+        "pretrain",
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "--out",
+        &run_s,
+        "--set",
+        "pretrain.model.method=manifoldclr-mlp",
+        "--set",
+        "pretrain.model.manifold.num_operators=3",
+        "--set",
+        "pretrain.model.manifold.block_size=8",
+        "--set",
+        "pretrain.model.manifold.network_width=4",
+        "--set",
+        "pretrain.model.manifold.prior_warmup=4",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let steps: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v.get("loss_nce").is_some())
+        .collect();
+    assert_eq!(steps.len(), 6);
+    for step in &steps {
+        for key in [
+            "loss_manifold",
+            "kl",
+            "distance_improvement",
+            "nonzero_per_sample",
+            "mean_abs_coefficient",
+            "operators_grad_norm",
+            "variational_grad_norm",
+        ] {
+            let v = step.get(key).and_then(Value::as_f64);
+            assert!(v.is_some_and(f64::is_finite), "{key}: {v:?}");
+        }
+    }
+    for file in ["optim-operators", "optim-variational"] {
+        let found = std::fs::read_dir(run.join("checkpoints"))
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(file));
+        assert!(found, "{file} missing from the checkpoint");
+    }
+    let resolved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(resolved.contains("method = \"manifoldclr-mlp\""));
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert!(summary.pointer("/linear_probe/top1").is_some());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// STL-10 pre-trains on its labeled split followed by the unlabeled file: 6 + 10 images in
 /// batches of 8 are 2 steps an epoch (the labeled split alone would not fill one), and a
 /// `train_limit` of 10 keeps 6 + 4 (1 step); the probe trains on the 6 labeled images.

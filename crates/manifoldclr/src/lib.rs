@@ -1,9 +1,9 @@
 //! ManifoldCLR: contrastive learning whose positive views are moved along learned feature
 //! manifolds by variational Lie group operators (design note `math.md`, section 5).
 //!
-//! This part holds the contrastive stack without the Lie group part: the ResNet-18 backbone
-//! ([`ResNet18Config`]), projection heads ([`ProjectionHead`]), InfoNCE in both variants
-//! ([`info_nce`]) and the SimCLR family behind one interface ([`Method`], [`ContrastiveModel`]).
+//! The ResNet-18 backbone ([`ResNet18Config`]), projection heads ([`ProjectionHead`]), InfoNCE
+//! in both variants ([`info_nce`]), and the SimCLR family and the ManifoldCLR methods behind one
+//! interface ([`Method`], [`ContrastiveModel`]; the Lie group part in [`manifold`]).
 //!
 //! ```
 //! use burn::backend::{Autodiff, NdArray};
@@ -15,7 +15,7 @@
 //! let config = ContrastiveConfig { width: 4, ..ContrastiveConfig::new(Method::SimClrMlp) };
 //! let model = config.init::<B>(&device).unwrap();
 //! let views = Tensor::<B, 4>::ones([2, 3, 16, 16], &device);
-//! let step = model.step(views.clone(), views * 0.5).unwrap();
+//! let step = model.step(views.clone(), views * 0.5, 0).unwrap();
 //! assert!(step.loss.into_scalar() > 0.0);
 //! ```
 
@@ -25,6 +25,7 @@ pub mod error;
 pub mod eval;
 pub mod head;
 pub mod info_nce;
+pub mod manifold;
 pub mod method;
 pub mod pretrain;
 pub mod schedule;
@@ -38,10 +39,11 @@ pub use eval::{
 };
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
+pub use manifold::{ManifoldConfig, ManifoldStep};
 pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
 pub use pretrain::{
-    GroupConfig, PretrainConfig, PretrainHooks, Pretrainer, StepLog, TrainBackend, TrainState,
-    ViewSource,
+    GroupConfig, ManifoldLog, PretrainConfig, PretrainHooks, Pretrainer, StepLog, TrainBackend,
+    TrainState, ViewSource,
 };
 pub use schedule::WarmupCosine;
 pub use vlgo_nn;

@@ -1,6 +1,6 @@
 //! Contrastive methods behind one interface: a backbone, an optional projection head and the
-//! InfoNCE variant that goes with it. The ManifoldCLR methods extend [`Method`] with the Lie
-//! group feature augmentation.
+//! InfoNCE variant that goes with it. The ManifoldCLR methods add the Lie group feature
+//! augmentation of [`crate::manifold`] (ManifoldMixupCLR a per-sample mix of the two views).
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,12 +8,15 @@ use std::str::FromStr;
 use burn::module::Module;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
+use vlgo_core::ExpmBackend;
 use vlgo_core::layers::LayerBackend;
+use vlgo_nn::Vlgo;
 
 use crate::backbone::{ResNet18, ResNet18Config};
 use crate::error::{ClrError, Result};
 use crate::head::{HeadKind, ProjectionHead};
 use crate::info_nce::{InfoNceConfig, info_nce};
+use crate::manifold::{ManifoldConfig, ManifoldStep, manifold_step, mixup};
 
 /// The contrastive methods, by their config names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,34 +30,64 @@ pub enum Method {
     SimClrNone,
     /// No head, the negative mean squared distance on the first `direct_dims` features only.
     DirectClr,
+    /// MLP head; InfoNCE on (T(c~) z0, z1) with c~ from the learned prior; lambda = 10.
+    ManifoldClrMlp,
+    /// No head; negative mean squared distance InfoNCE on (T(c~) z0, z1), clean z0 as extra
+    /// negatives; lambda = 1.
+    ManifoldClr,
+    /// No head; the anchor is l z0 + (1 - l) z1 with l ~ U(0, 1) per sample (no operators).
+    ManifoldMixupClr,
+    /// ManifoldCLR on the first `direct_dims` features with one dense dictionary of that size.
+    ManifoldDirectClr,
 }
 
 impl Method {
     /// Every method, in the order of the paper's table.
-    pub const ALL: [Method; 4] = [
+    pub const ALL: [Method; 8] = [
         Method::SimClrMlp,
         Method::SimClrLinear,
         Method::SimClrNone,
         Method::DirectClr,
+        Method::ManifoldClrMlp,
+        Method::ManifoldClr,
+        Method::ManifoldMixupClr,
+        Method::ManifoldDirectClr,
     ];
 
-    /// The config name (`simclr-mlp`, `simclr-linear`, `simclr-none`, `directclr`).
+    /// The config name (`interfaces.md`).
     pub fn name(self) -> &'static str {
         match self {
             Method::SimClrMlp => "simclr-mlp",
             Method::SimClrLinear => "simclr-linear",
             Method::SimClrNone => "simclr-none",
             Method::DirectClr => "directclr",
+            Method::ManifoldClrMlp => "manifoldclr-mlp",
+            Method::ManifoldClr => "manifoldclr",
+            Method::ManifoldMixupClr => "manifold-mixupclr",
+            Method::ManifoldDirectClr => "manifold-directclr",
         }
     }
 
     /// The head the method trains.
     pub fn head(self) -> HeadKind {
         match self {
-            Method::SimClrMlp => HeadKind::Mlp,
+            Method::SimClrMlp | Method::ManifoldClrMlp => HeadKind::Mlp,
             Method::SimClrLinear => HeadKind::Linear,
-            Method::SimClrNone | Method::DirectClr => HeadKind::None,
+            _ => HeadKind::None,
         }
+    }
+
+    /// Whether the method trains Lie group operators (and their encoder and prior).
+    pub fn uses_operators(self) -> bool {
+        matches!(
+            self,
+            Method::ManifoldClrMlp | Method::ManifoldClr | Method::ManifoldDirectClr
+        )
+    }
+
+    /// Whether the method contrasts only the first `direct_dims` features.
+    pub fn is_direct(self) -> bool {
+        matches!(self, Method::DirectClr | Method::ManifoldDirectClr)
     }
 
     /// The InfoNCE variant: cosine with a head, negative mean squared distance without.
@@ -83,7 +116,7 @@ impl FromStr for Method {
                 ClrError::invalid(
                     "method",
                     format!("{s:?}"),
-                    "one of simclr-mlp, simclr-linear, simclr-none, directclr",
+                    Method::ALL.map(Method::name).join(", "),
                 )
             })
     }
@@ -120,8 +153,11 @@ pub struct ContrastiveConfig {
     pub head_output: usize,
     /// InfoNCE temperature.
     pub temperature: f64,
-    /// Features DirectCLR contrasts (the first ones).
+    /// Features DirectCLR and ManifoldDirectCLR contrast (the first ones).
     pub direct_dims: usize,
+    /// The Lie group part of the ManifoldCLR methods (ignored by the others).
+    #[serde(default)]
+    pub manifold: ManifoldConfig,
 }
 
 impl ContrastiveConfig {
@@ -137,6 +173,7 @@ impl ContrastiveConfig {
             head_output: 128,
             temperature: 0.5,
             direct_dims: 64,
+            manifold: ManifoldConfig::default(),
         }
     }
 
@@ -152,8 +189,7 @@ impl ContrastiveConfig {
     pub fn validate(&self) -> Result<()> {
         self.backbone().validate()?;
         self.loss_config().validate()?;
-        if self.method == Method::DirectClr
-            && !(1..=self.backbone().features()).contains(&self.direct_dims)
+        if self.method.is_direct() && !(1..=self.backbone().features()).contains(&self.direct_dims)
         {
             return Err(ClrError::invalid(
                 "direct_dims",
@@ -164,7 +200,23 @@ impl ContrastiveConfig {
                 ),
             ));
         }
+        if self.method.uses_operators() {
+            self.vlgo_config(0)?;
+        }
         Ok(())
+    }
+
+    /// Features the method contrasts (and its operators act on).
+    fn contrast_dims(&self) -> usize {
+        match self.method.is_direct() {
+            true => self.direct_dims,
+            false => self.backbone().features(),
+        }
+    }
+
+    fn vlgo_config(&self, seed: u64) -> Result<vlgo_nn::VlgoConfig> {
+        self.manifold
+            .vlgo(self.contrast_dims(), self.method.is_direct(), seed)
     }
 
     fn loss_config(&self) -> InfoNceConfig {
@@ -174,8 +226,18 @@ impl ContrastiveConfig {
         }
     }
 
-    /// The model, initialised.
+    /// The model, initialised (operators from seed 0; see [`ContrastiveConfig::init_seeded`]).
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<ContrastiveModel<B>> {
+        self.init_seeded(device, 0)
+    }
+
+    /// The model, initialised: layers from the backend's generator, the operators' draws and
+    /// the step noise (coefficient samples, mixing weights) from `seed`.
+    pub fn init_seeded<B: Backend>(
+        &self,
+        device: &B::Device,
+        seed: u64,
+    ) -> Result<ContrastiveModel<B>> {
         self.validate()?;
         let backbone = self.backbone().init(device)?;
         let head = ProjectionHead::new(
@@ -185,14 +247,20 @@ impl ContrastiveConfig {
             self.head_output,
             device,
         )?;
+        let vlgo = match self.method.uses_operators() {
+            true => Some(self.vlgo_config(seed)?.init(device)?),
+            false => None,
+        };
         Ok(ContrastiveModel {
             backbone,
             head,
+            vlgo,
             loss: self.loss_config(),
-            contrast_dims: match self.method {
-                Method::DirectClr => self.direct_dims,
-                _ => self.backbone().features(),
-            },
+            contrast_dims: self.contrast_dims(),
+            method: self.method,
+            lambda: self.manifold.lambda(self.method.head() != HeadKind::None),
+            manifold: self.manifold.clone(),
+            seed,
         })
     }
 }
@@ -200,8 +268,13 @@ impl ContrastiveConfig {
 /// The loss of one step and the features it saw.
 #[derive(Debug, Clone)]
 pub struct StepLoss<B: Backend> {
-    /// The InfoNCE loss, shape [1].
+    /// The loss to minimise, shape [1]: InfoNCE, plus lambda L_m + beta KL for the methods with
+    /// operators.
     pub loss: Tensor<B, 1>,
+    /// The InfoNCE term, shape [1].
+    pub loss_nce: Tensor<B, 1>,
+    /// The manifold terms and diagnostics (methods with operators).
+    pub manifold: Option<ManifoldStep<B>>,
     /// Backbone features of both views, [2B, features] (view 0 rows first).
     pub features: Tensor<B, 2>,
 }
@@ -213,18 +286,40 @@ pub struct ContrastiveModel<B: Backend> {
     pub backbone: ResNet18<B>,
     /// The projection head (an identity for the head-less methods).
     pub head: ProjectionHead<B>,
+    /// Operators, coefficient encoder and learned prior (the methods with operators).
+    pub vlgo: Option<Vlgo<B>>,
     #[module(skip)]
     loss: InfoNceConfig,
     contrast_dims: usize,
+    #[module(skip)]
+    method: Method,
+    #[module(skip)]
+    lambda: f64,
+    #[module(skip)]
+    manifold: ManifoldConfig,
+    #[module(skip)]
+    seed: u64,
 }
 
 impl<B: Backend> ContrastiveModel<B> {
-    /// The loss of a batch of view pairs [B, C, H, W] each: both views through the backbone in
-    /// one pass (batch-norm statistics over both), the head over the 2B features in one pass,
-    /// InfoNCE on the pairs.
-    pub fn step(&self, view0: Tensor<B, 4>, view1: Tensor<B, 4>) -> Result<StepLoss<B>>
+    /// The method this model trains.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// The loss of a batch of view pairs [B, C, H, W] each at training iteration `iteration`
+    /// (which keys the step's noise and drives the prior's warm-up and best-of-J): both views
+    /// through the backbone in one pass (batch-norm statistics over both), the head over the 2B
+    /// features in one pass, InfoNCE on the pairs, or on the augmented pairs with the manifold
+    /// terms added (`math.md` 5).
+    pub fn step(
+        &self,
+        view0: Tensor<B, 4>,
+        view1: Tensor<B, 4>,
+        iteration: u64,
+    ) -> Result<StepLoss<B>>
     where
-        B: LayerBackend,
+        B: LayerBackend + ExpmBackend,
     {
         if view0.dims() != view1.dims() || view0.dims()[0] < 2 {
             return Err(ClrError::invalid(
@@ -235,17 +330,70 @@ impl<B: Backend> ContrastiveModel<B> {
         }
         let n = view0.dims()[0];
         let features = self.backbone.forward(Tensor::cat(vec![view0, view1], 0))?;
-        let contrasted = if self.head.is_identity() {
-            let d = features.dims()[1];
-            features
-                .clone()
-                .slice([0..2 * n, 0..self.contrast_dims.min(d)])
+        let d = self.contrast_dims.min(features.dims()[1]);
+        let (loss_nce, manifold) = if !self.head.is_identity() {
+            let projected = self.head.forward(features.clone())?;
+            let h0 = projected.clone().narrow(0, 0, n);
+            let h1 = projected.narrow(0, n, n);
+            match &self.vlgo {
+                Some(vlgo) => {
+                    let z0 = features.clone().narrow(0, 0, n);
+                    let z1 = features.clone().narrow(0, n, n);
+                    let (anchor, m) = manifold_step(
+                        vlgo,
+                        &self.manifold,
+                        self.lambda,
+                        z0,
+                        z1,
+                        iteration,
+                        self.seed,
+                    )?;
+                    // h(z0~) is its own pass (own batch-norm statistics); with ablation S2 the
+                    // plain pair of the joint pass is contrasted.
+                    let h0 = match self.manifold.no_lie_augmentation {
+                        true => h0,
+                        false => self.head.forward(anchor)?,
+                    };
+                    (info_nce(h0, h1, None, &self.loss)?, Some(m))
+                }
+                None => (info_nce(h0, h1, None, &self.loss)?, None),
+            }
         } else {
-            self.head.forward(features.clone())?
+            let z0 = features.clone().slice([0..n, 0..d]);
+            let z1 = features.clone().slice([n..2 * n, 0..d]);
+            match (&self.vlgo, self.method) {
+                (Some(vlgo), _) => {
+                    let (anchor, m) = manifold_step(
+                        vlgo,
+                        &self.manifold,
+                        self.lambda,
+                        z0.clone(),
+                        z1.clone(),
+                        iteration,
+                        self.seed,
+                    )?;
+                    let nce = match self.manifold.no_lie_augmentation {
+                        true => info_nce(z0, z1, None, &self.loss)?,
+                        false => info_nce(anchor, z1, Some(z0), &self.loss)?,
+                    };
+                    (nce, Some(m))
+                }
+                (None, Method::ManifoldMixupClr) => {
+                    let anchor = mixup(z0.clone(), z1.clone(), iteration, self.seed);
+                    (info_nce(anchor, z1, Some(z0), &self.loss)?, None)
+                }
+                (None, _) => (info_nce(z0, z1, None, &self.loss)?, None),
+            }
         };
-        let a = contrasted.clone().narrow(0, 0, n);
-        let b = contrasted.narrow(0, n, n);
-        let loss = info_nce(a, b, None, &self.loss)?;
-        Ok(StepLoss { loss, features })
+        let loss = match &manifold {
+            Some(m) => loss_nce.clone() + m.loss.clone(),
+            None => loss_nce.clone(),
+        };
+        Ok(StepLoss {
+            loss,
+            loss_nce,
+            manifold,
+            features,
+        })
     }
 }

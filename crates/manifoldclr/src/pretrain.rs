@@ -18,6 +18,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
+use vlgo_core::ExpmBackend;
 use vlgo_core::layers::LayerBackend;
 
 use crate::clip::clip_global_norm;
@@ -38,6 +39,29 @@ pub struct GroupConfig {
     pub clip: Option<f64>,
 }
 
+impl GroupConfig {
+    /// The operators' group (`protocols.md`): lr 1e-3, weight decay 1e-3, clipping at 0.1.
+    pub fn operators() -> Self {
+        Self {
+            lr: 1e-3,
+            weight_decay: 1e-3,
+            min_lr: 1e-5,
+            clip: Some(0.1),
+        }
+    }
+
+    /// The encoder and prior networks' group: lr 1e-4, weight decay 1e-5, clipping at 1.0
+    /// (their gradients together).
+    pub fn variational() -> Self {
+        Self {
+            lr: 1e-4,
+            weight_decay: 1e-5,
+            min_lr: 1e-5,
+            clip: Some(1.0),
+        }
+    }
+}
+
 /// Settings of a pre-training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PretrainConfig {
@@ -55,6 +79,12 @@ pub struct PretrainConfig {
     pub backbone: GroupConfig,
     /// The head's group.
     pub head: GroupConfig,
+    /// The operators' group (methods with operators).
+    #[serde(default = "GroupConfig::operators")]
+    pub operators: GroupConfig,
+    /// The coefficient encoder's and learned prior's group (methods with operators).
+    #[serde(default = "GroupConfig::variational")]
+    pub variational: GroupConfig,
 }
 
 impl PretrainConfig {
@@ -68,7 +98,12 @@ impl PretrainConfig {
                 "epochs >= 1 and batch_size >= 2",
             ));
         }
-        for (name, g) in [("backbone", self.backbone), ("head", self.head)] {
+        for (name, g) in [
+            ("backbone", self.backbone),
+            ("head", self.head),
+            ("operators", self.operators),
+            ("variational", self.variational),
+        ] {
             self.schedule(&g, 1).validate()?;
             if !(g.weight_decay >= 0.0 && g.weight_decay.is_finite()) {
                 return Err(ClrError::invalid(name, g.weight_decay, "weight decay >= 0"));
@@ -129,14 +164,42 @@ pub struct StepLog {
     pub grad_norm: f64,
     /// Images (pairs of views) per second over the step, data included.
     pub images_per_second: f64,
+    /// The manifold figures of the step (methods with operators).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub manifold: Option<ManifoldLog>,
+}
+
+/// A step's manifold terms and diagnostics, as logged.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ManifoldLog {
+    /// L_m.
+    pub loss_manifold: f64,
+    /// KL(q || prior).
+    pub kl: f64,
+    /// Distance improvement (< 1: the operators move z0 toward z1).
+    pub distance_improvement: f64,
+    /// Non-zero coefficients per sample.
+    pub nonzero_per_sample: f64,
+    /// Mean |c| over the non-zero coefficients.
+    pub mean_abs_coefficient: f64,
+    /// The operators' global gradient norm before clipping.
+    pub operators_grad_norm: f64,
+    /// The encoder's and prior's global gradient norm before clipping.
+    pub variational_grad_norm: f64,
 }
 
 /// Backends that pre-train: autodiff over an inner backend, both convolving through
 /// [`LayerBackend`] (the inner one evaluates). `Autodiff<Flex>`, `Autodiff<NdArray>` and the GPU
 /// backends under `Autodiff` are.
-pub trait TrainBackend: AutodiffBackend<InnerBackend: LayerBackend> + LayerBackend {}
+pub trait TrainBackend:
+    AutodiffBackend<InnerBackend: LayerBackend + ExpmBackend> + LayerBackend + ExpmBackend
+{
+}
 
-impl<B: AutodiffBackend<InnerBackend: LayerBackend> + LayerBackend> TrainBackend for B {}
+impl<B> TrainBackend for B where
+    B: AutodiffBackend<InnerBackend: LayerBackend + ExpmBackend> + LayerBackend + ExpmBackend
+{
+}
 
 /// What runs around the loop.
 pub trait PretrainHooks<B: TrainBackend> {
@@ -174,6 +237,8 @@ pub struct Pretrainer<B: TrainBackend> {
     pub model: ContrastiveModel<B>,
     opt_backbone: Adam<B>,
     opt_head: Adam<B>,
+    opt_operators: Adam<B>,
+    opt_variational: Adam<B>,
     /// Progress.
     pub state: TrainState,
     config: PretrainConfig,
@@ -193,7 +258,7 @@ impl<B: TrainBackend> Pretrainer<B> {
     pub fn new(config: PretrainConfig, device: &B::Device) -> Result<Self> {
         config.validate()?;
         B::seed(device, config.seed);
-        let model = config.model.init::<B>(device)?;
+        let model = config.model.init_seeded::<B>(device, config.seed)?;
         // Burn initialises parameters lazily, on first use, and a clone of a parameter not yet
         // used initialises on its own from the generator as it stands then: the first checkpoint
         // (which saves a clone) would hold other weights than the ones trained. Draw them all
@@ -203,6 +268,8 @@ impl<B: TrainBackend> Pretrainer<B> {
             model,
             opt_backbone: adamw(&config.backbone),
             opt_head: adamw(&config.head),
+            opt_operators: adamw(&config.operators),
+            opt_variational: adamw(&config.variational),
             state: TrainState {
                 epochs_done: 0,
                 steps_done: 0,
@@ -247,6 +314,10 @@ impl<B: TrainBackend> Pretrainer<B> {
             c.schedule(&c.backbone, per_epoch),
             c.schedule(&c.head, per_epoch),
         );
+        let (s_operators, s_variational) = (
+            c.schedule(&c.operators, per_epoch),
+            c.schedule(&c.variational, per_epoch),
+        );
         let [ch, h, w] = data.shape();
         for epoch in self.state.epochs_done..c.epochs {
             let start = Instant::now();
@@ -260,9 +331,9 @@ impl<B: TrainBackend> Pretrainer<B> {
                 let n = batch.len();
                 let v0 = Tensor::<B, 4>::from_data(TensorData::new(v0, [n, ch, h, w]), device);
                 let v1 = Tensor::<B, 4>::from_data(TensorData::new(v1, [n, ch, h, w]), device);
-                let out = self.model.step(v0, v1)?;
-                let loss = out.loss.clone().into_scalar().to_f64();
                 let step = self.state.steps_done;
+                let out = self.model.step(v0, v1, step as u64)?;
+                let loss = out.loss.clone().into_scalar().to_f64();
                 let diverged = |what, value| ClrError::Diverged {
                     epoch: epoch + 1,
                     step: step + 1,
@@ -275,9 +346,29 @@ impl<B: TrainBackend> Pretrainer<B> {
                 let mut grads = out.loss.backward();
                 let mut g_backbone = GradientsParams::from_module(&mut grads, &self.model.backbone);
                 let mut g_head = GradientsParams::from_module(&mut grads, &self.model.head);
+                // The operators' gradients leave `grads` first, so that the rest of the VLGO
+                // model's are the encoder's and prior's, clipped together.
+                let mut g_vlgo = self.model.vlgo.as_ref().map(|v| {
+                    let ops = GradientsParams::from_module(&mut grads, &v.operators);
+                    (ops, GradientsParams::from_module(&mut grads, v))
+                });
                 let grad_norm =
                     clip_global_norm(&self.model.backbone, &mut g_backbone, c.backbone.clip);
                 let head_norm = clip_global_norm(&self.model.head, &mut g_head, c.head.clip);
+                let vlgo_norms = match (&self.model.vlgo, &mut g_vlgo) {
+                    (Some(v), Some((ops, var))) => {
+                        let o = clip_global_norm(&v.operators, ops, c.operators.clip);
+                        let n = clip_global_norm(v, var, c.variational.clip);
+                        if !o.is_finite() {
+                            return Err(diverged("operators gradient norm", o));
+                        }
+                        if !n.is_finite() {
+                            return Err(diverged("encoder and prior gradient norm", n));
+                        }
+                        Some((o, n))
+                    }
+                    _ => None,
+                };
                 // A NaN input can leave the loss finite (ReLU maps NaN to 0) and still poison
                 // the weights through their gradients: check those too, before the step.
                 if !grad_norm.is_finite() {
@@ -287,17 +378,38 @@ impl<B: TrainBackend> Pretrainer<B> {
                     return Err(diverged("head gradient norm", head_norm));
                 }
                 let lr = s_backbone.lr(step);
+                let manifold = match (&out.manifold, vlgo_norms) {
+                    (Some(m), Some((o, v))) => Some(ManifoldLog {
+                        loss_manifold: m.loss_manifold.clone().into_scalar().to_f64(),
+                        kl: m.kl.clone().into_scalar().to_f64(),
+                        distance_improvement: m.distance_improvement,
+                        nonzero_per_sample: m.nonzero_per_sample,
+                        mean_abs_coefficient: m.mean_abs_nonzero,
+                        operators_grad_norm: o,
+                        variational_grad_norm: v,
+                    }),
+                    _ => None,
+                };
+                let loss_nce = out.loss_nce.into_scalar().to_f64();
                 let model = self.model.clone();
                 let model = self.opt_backbone.step(lr, model, g_backbone);
-                self.model = self.opt_head.step(s_head.lr(step), model, g_head);
+                let mut model = self.opt_head.step(s_head.lr(step), model, g_head);
+                if let Some((ops, var)) = g_vlgo {
+                    model = self.opt_operators.step(s_operators.lr(step), model, ops);
+                    model = self
+                        .opt_variational
+                        .step(s_variational.lr(step), model, var);
+                }
+                self.model = model;
                 self.state.steps_done += 1;
                 hooks.step(&StepLog {
                     step: self.state.steps_done,
                     epoch: epoch + 1,
-                    loss_nce: loss,
+                    loss_nce,
                     lr,
                     grad_norm,
                     images_per_second: n as f64 / t.elapsed().as_secs_f64(),
+                    manifold,
                 })?;
             }
             self.state.epochs_done = epoch + 1;
@@ -332,6 +444,20 @@ impl<B: TrainBackend> Pretrainer<B> {
         .map_err(record_err)?;
         Recorder::<B>::record(&rec, self.opt_head.to_record(), tmp.join("optim-head"))
             .map_err(record_err)?;
+        if self.model.vlgo.is_some() {
+            Recorder::<B>::record(
+                &rec,
+                self.opt_operators.to_record(),
+                tmp.join("optim-operators"),
+            )
+            .map_err(record_err)?;
+            Recorder::<B>::record(
+                &rec,
+                self.opt_variational.to_record(),
+                tmp.join("optim-variational"),
+            )
+            .map_err(record_err)?;
+        }
         let state = serde_json::to_string_pretty(&self.state).expect("state serialises");
         std::fs::write(tmp.join("state.json"), state).map_err(|e| io(e, &tmp))?;
         let old = dir.with_extension("old");
@@ -360,6 +486,16 @@ impl<B: TrainBackend> Pretrainer<B> {
         fresh.opt_head = fresh.opt_head.load_record(
             Recorder::<B>::load(&rec, dir.join("optim-head"), device).map_err(record_err)?,
         );
+        if fresh.model.vlgo.is_some() {
+            fresh.opt_operators = fresh.opt_operators.load_record(
+                Recorder::<B>::load(&rec, dir.join("optim-operators"), device)
+                    .map_err(record_err)?,
+            );
+            fresh.opt_variational = fresh.opt_variational.load_record(
+                Recorder::<B>::load(&rec, dir.join("optim-variational"), device)
+                    .map_err(record_err)?,
+            );
+        }
         let path = dir.join("state.json");
         let text = std::fs::read_to_string(&path).map_err(|e| ClrError::Io {
             path: path.clone(),

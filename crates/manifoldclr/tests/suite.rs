@@ -248,10 +248,12 @@ fn every_method_trains_one_step_and_names_parse() {
             width: 4,
             in_channels: 1,
             direct_dims: 8,
+            manifold: small_manifold(),
             ..ContrastiveConfig::new(method)
         };
         let model = config.init::<AD>(&device).unwrap();
-        let step = model.step(v0.clone(), v1.clone()).unwrap();
+        assert_eq!(model.vlgo.is_some(), method.uses_operators(), "{method}");
+        let step = model.step(v0.clone(), v1.clone(), 0).unwrap();
         assert_eq!(step.features.dims(), [8, 32]);
         let loss = step.loss.clone().into_scalar().to_f64();
         assert!(loss.is_finite() && loss > 0.0, "{method}: {loss}");
@@ -418,7 +420,22 @@ impl manifoldclr::PretrainHooks<AD> for StopAfter {
     }
 }
 
+/// Lie group settings small enough for 32-d (width 4) and 16-d (width 2) features.
+fn small_manifold() -> manifoldclr::ManifoldConfig {
+    manifoldclr::ManifoldConfig {
+        num_operators: 3,
+        block_size: 8,
+        network_width: 4,
+        prior_warmup: 0,
+        ..Default::default()
+    }
+}
+
 fn tiny_run() -> manifoldclr::PretrainConfig {
+    tiny_run_of(Method::SimClrMlp)
+}
+
+fn tiny_run_of(method: Method) -> manifoldclr::PretrainConfig {
     let group = manifoldclr::GroupConfig {
         lr: 1e-2,
         weight_decay: 1e-5,
@@ -431,7 +448,9 @@ fn tiny_run() -> manifoldclr::PretrainConfig {
             in_channels: 1,
             head_hidden: 8,
             head_output: 4,
-            ..ContrastiveConfig::new(Method::SimClrMlp)
+            direct_dims: 8,
+            manifold: small_manifold(),
+            ..ContrastiveConfig::new(method)
         },
         epochs: 3,
         batch_size: 4,
@@ -442,6 +461,8 @@ fn tiny_run() -> manifoldclr::PretrainConfig {
             clip: None,
             ..group
         },
+        operators: manifoldclr::GroupConfig::operators(),
+        variational: manifoldclr::GroupConfig::variational(),
     }
 }
 
@@ -459,33 +480,46 @@ fn params(model: &manifoldclr::ContrastiveModel<AD>) -> Vec<f32> {
 
 #[test]
 fn resume_continues_exactly_as_an_uninterrupted_run() {
+    // SimCLR, and a method with operators (two more optimisers in the checkpoint).
+    for method in [Method::SimClrMlp, Method::ManifoldClrMlp] {
+        resume_matches_straight_run(method);
+    }
+}
+
+fn resume_matches_straight_run(method: Method) {
     let device = Default::default();
-    let dir = std::env::temp_dir().join(format!("manifoldclr-resume-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "manifoldclr-resume-{}-{method}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     let (straight_dir, cut_dir) = (dir.join("straight"), dir.join("cut"));
 
     // Both runs start from one saved initial state: the backend's generator is shared by the
     // tests running beside this one, so two fresh initialisations need not agree.
     let start = dir.join("start");
-    let init = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
+    let init = manifoldclr::Pretrainer::<AD>::new(tiny_run_of(method), &device).unwrap();
     init.save(&start).unwrap();
     let initial = params(&init.model);
     drop(init);
 
-    let mut straight = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &start, &device).unwrap();
+    let mut straight =
+        manifoldclr::Pretrainer::<AD>::resume(tiny_run_of(method), &start, &device).unwrap();
     assert_eq!(params(&straight.model), initial);
     straight
         .run(&Patterns, &straight_dir, &mut StopAfter(None), &device)
         .unwrap();
     assert_eq!(straight.state.steps_done, 9);
 
-    let mut cut = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &start, &device).unwrap();
+    let mut cut =
+        manifoldclr::Pretrainer::<AD>::resume(tiny_run_of(method), &start, &device).unwrap();
     let e = cut
         .run(&Patterns, &cut_dir, &mut StopAfter(Some(1)), &device)
         .unwrap_err();
     assert!(e.to_string().contains("stopped"));
     drop(cut);
-    let mut resumed = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &cut_dir, &device).unwrap();
+    let mut resumed =
+        manifoldclr::Pretrainer::<AD>::resume(tiny_run_of(method), &cut_dir, &device).unwrap();
     assert_eq!(resumed.state.epochs_done, 1);
     assert_eq!(resumed.state.steps_done, 3);
     resumed
@@ -533,4 +567,207 @@ fn a_diverging_loss_stops_with_an_error_and_keeps_the_last_checkpoint() {
     let kept = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &dir, &device).unwrap();
     assert_eq!(kept.state.epochs_done, 1);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The summed |gradient| of every parameter of `module` (0 when none has a gradient).
+fn grad_mass<M: Module<AD>>(
+    module: &M,
+    grads: &<AD as burn::tensor::backend::AutodiffBackend>::Gradients,
+) -> f64 {
+    struct Mass<'a>(
+        &'a <AD as burn::tensor::backend::AutodiffBackend>::Gradients,
+        f64,
+    );
+    impl burn::module::ModuleVisitor<AD> for Mass<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<AD, D>>) {
+            if let Some(g) = p.val().grad(self.0) {
+                self.1 += g.abs().sum().into_scalar().to_f64();
+            }
+        }
+    }
+    let mut mass = Mass(grads, 0.0);
+    module.visit(&mut mass);
+    mass.1
+}
+
+fn manifold_model(
+    method: Method,
+    manifold: manifoldclr::ManifoldConfig,
+) -> manifoldclr::ContrastiveModel<AD> {
+    let device = Default::default();
+    // The same generator state for every model: equal backbones and heads.
+    AD::seed(&device, 4);
+    ContrastiveConfig {
+        width: 4,
+        in_channels: 1,
+        direct_dims: 8,
+        head_hidden: 16,
+        head_output: 8,
+        manifold,
+        ..ContrastiveConfig::new(method)
+    }
+    .init_seeded::<AD>(&device, 2)
+    .unwrap()
+}
+
+fn scalar(t: Tensor<AD, 1>) -> f64 {
+    t.into_scalar().to_f64()
+}
+
+#[test]
+fn manifold_methods_add_their_terms_and_train_operators_encoder_and_prior() {
+    let device = Default::default();
+    AD::seed(&device, 7);
+    let v0 = Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v1 = v0.clone().flip([3]) * 0.8 + 0.1;
+    for (method, lambda) in [
+        (Method::ManifoldClrMlp, 10.0),
+        (Method::ManifoldClr, 1.0),
+        (Method::ManifoldDirectClr, 1.0),
+    ] {
+        let model = manifold_model(method, small_manifold());
+        let step = model.step(v0.clone(), v1.clone(), 3).unwrap();
+        let m = step.manifold.clone().expect("manifold terms");
+        let (nce, lm, kl) = (
+            scalar(step.loss_nce.clone()),
+            scalar(m.loss_manifold.clone()),
+            scalar(m.kl.clone()),
+        );
+        let total = scalar(step.loss.clone());
+        let want = nce + lambda * lm + 1e-5 * kl;
+        assert!(
+            (total - want).abs() <= 1e-5 * want.abs(),
+            "{method}: {total} vs {want}"
+        );
+        assert!(m.distance_improvement.is_finite() && m.distance_improvement > 0.0);
+        // Plain Laplace samples: every coefficient is non-zero.
+        assert_eq!(m.nonzero_per_sample, 3.0, "{method}");
+        assert!(m.mean_abs_nonzero > 0.0);
+        let grads = step.loss.backward();
+        let vlgo = model.vlgo.as_ref().unwrap();
+        assert!(
+            grad_mass(&vlgo.operators, &grads) > 0.0,
+            "{method}: operators"
+        );
+        assert!(grad_mass(&vlgo.encoder, &grads) > 0.0, "{method}: encoder");
+        assert!(
+            grad_mass(vlgo.prior.as_ref().unwrap(), &grads) > 0.0,
+            "{method}: prior"
+        );
+        assert!(
+            grad_mass(&model.backbone, &grads) > 0.0,
+            "{method}: backbone"
+        );
+        if method == Method::ManifoldClrMlp {
+            assert!(grad_mass(&model.head, &grads) > 0.0);
+        }
+    }
+}
+
+#[test]
+fn the_ablations_switch_off_what_they_name() {
+    let device = Default::default();
+    AD::seed(&device, 8);
+    let v0 = Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v1 = v0.clone() * 0.7 + 0.2;
+    let base = small_manifold();
+    // InfoNCE of the plain pairs (z0, z1) of a step's own features, SimCLR-None's loss.
+    let plain_of = |step: &manifoldclr::StepLoss<AD>| {
+        let f = step.features.clone().detach();
+        let n = f.dims()[0] / 2;
+        let (z0, z1) = (f.clone().narrow(0, 0, n), f.narrow(0, n, n));
+        scalar(manifoldclr::info_nce(z0, z1, None, &InfoNceConfig::negative_mean_square()).unwrap())
+    };
+    // S2: no augmentation: InfoNCE on (z0, z1).
+    for (s2, plain) in [(true, true), (false, false)] {
+        let config = manifoldclr::ManifoldConfig {
+            no_lie_augmentation: s2,
+            ..base.clone()
+        };
+        let step = manifold_model(Method::ManifoldClr, config)
+            .step(v0.clone(), v1.clone(), 1)
+            .unwrap();
+        let (nce, want) = (scalar(step.loss_nce.clone()), plain_of(&step));
+        assert_eq!(
+            (nce - want).abs() <= 1e-6 * want,
+            plain,
+            "S2 = {s2}: {nce} vs {want}"
+        );
+    }
+    // S3: lambda = 0: the total is InfoNCE + beta KL.
+    let s3 = manifoldclr::ManifoldConfig {
+        no_manifold_loss: true,
+        ..base.clone()
+    };
+    let step = manifold_model(Method::ManifoldClr, s3)
+        .step(v0.clone(), v1.clone(), 1)
+        .unwrap();
+    let m = step.manifold.unwrap();
+    let want = scalar(step.loss_nce) + 1e-5 * scalar(m.kl);
+    assert!((scalar(step.loss) - want).abs() <= 1e-6 * want.abs());
+    // S4: with beta = 0 the learned prior is trained by the augmentation only, which S4 hands
+    // to the fixed prior.
+    for (fixed, moves) in [(false, true), (true, false)] {
+        let config = manifoldclr::ManifoldConfig {
+            beta: 0.0,
+            fixed_prior_augmentation: fixed,
+            ..base.clone()
+        };
+        let model = manifold_model(Method::ManifoldClr, config);
+        let step = model.step(v0.clone(), v1.clone(), 1).unwrap();
+        let grads = step.loss.backward();
+        let prior = model.vlgo.as_ref().unwrap().prior.as_ref().unwrap();
+        assert_eq!(grad_mass(prior, &grads) > 0.0, moves, "S4 = {fixed}");
+    }
+    // ManifoldMixupCLR: no operators, another anchor than SimCLR-None's.
+    let mix = manifold_model(Method::ManifoldMixupClr, base.clone());
+    assert!(mix.vlgo.is_none());
+    let step = mix.step(v0.clone(), v1.clone(), 1).unwrap();
+    assert!(step.manifold.is_none());
+    let plain = plain_of(&step);
+    assert!((scalar(step.loss) - plain).abs() > 1e-4 * plain);
+}
+
+#[test]
+fn invalid_manifold_settings_are_clear_errors() {
+    let with = |manifold| ContrastiveConfig {
+        width: 4,
+        manifold,
+        ..ContrastiveConfig::new(Method::ManifoldClr)
+    };
+    let e = with(manifoldclr::ManifoldConfig {
+        block_size: 7,
+        ..small_manifold()
+    })
+    .validate()
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("block_size") && e.to_string().contains("divide"),
+        "{e}"
+    );
+    let e = with(manifoldclr::ManifoldConfig {
+        threshold: 0.01,
+        samples: 0,
+        ..small_manifold()
+    })
+    .validate()
+    .unwrap_err();
+    assert!(e.to_string().contains("samples"), "{e}");
+    let e = with(manifoldclr::ManifoldConfig {
+        lambda: Some(-1.0),
+        ..small_manifold()
+    })
+    .validate()
+    .unwrap_err();
+    assert!(e.to_string().contains("lambda"), "{e}");
+    // The SimCLR methods ignore the Lie group settings.
+    let simclr = ContrastiveConfig {
+        width: 4,
+        manifold: manifoldclr::ManifoldConfig {
+            block_size: 7,
+            ..small_manifold()
+        },
+        ..ContrastiveConfig::new(Method::SimClrMlp)
+    };
+    assert!(simclr.validate().is_ok());
 }

@@ -4,7 +4,8 @@
 use burn::prelude::*;
 use vlgo_core::{
     ExpmBackend, FixedPrior, LaplaceParams, LieOperators, LieOperatorsConfig, NoiseStreams,
-    Threshold, VlgoError, best_of_j_seeded, kl_divergence, manifold_loss, sample,
+    Threshold, VlgoError, WarmupBlend, best_of_j_seeded, kl_divergence, manifold_loss, sample,
+    warmup_prior,
 };
 
 use crate::encoder::{CoefficientEncoder, CoefficientEncoderConfig};
@@ -36,6 +37,19 @@ pub struct VlgoConfig {
     /// KL weight beta (>= 0).
     #[config(default = 1e-5)]
     pub beta: f64,
+    /// Iteration from which training draws best-of-J (before it: one sample).
+    #[config(default = 0)]
+    pub best_of_j_from: u64,
+    /// Warm-up W of the learned prior in iterations (0: none): kappa = min(t / W, 1) blends it
+    /// toward the fixed prior (`math.md` 3).
+    #[config(default = 0)]
+    pub prior_warmup: u64,
+    /// How the warm-up blends (the paper's form by default).
+    #[config(default = "WarmupBlend::Paper")]
+    pub warmup_blend: WarmupBlend,
+    /// Stop the gradient of the target z1 in L_m (`math.md` 4; false is ablation S1).
+    #[config(default = true)]
+    pub detach_target: bool,
 }
 
 impl VlgoConfig {
@@ -96,6 +110,10 @@ impl VlgoConfig {
             threshold: self.threshold,
             samples: self.samples,
             beta: self.beta,
+            best_of_j_from: self.best_of_j_from,
+            prior_warmup: self.prior_warmup,
+            warmup_blend: self.warmup_blend,
+            detach_target: self.detach_target,
         })
     }
 }
@@ -121,6 +139,18 @@ pub struct Vlgo<B: Backend> {
     /// KL weight.
     #[module(skip)]
     pub beta: f64,
+    /// Iteration from which best-of-J applies.
+    #[module(skip)]
+    pub best_of_j_from: u64,
+    /// Warm-up of the learned prior, iterations.
+    #[module(skip)]
+    pub prior_warmup: u64,
+    /// How the warm-up blends.
+    #[module(skip)]
+    pub warmup_blend: WarmupBlend,
+    /// Whether L_m stops the gradient of z1.
+    #[module(skip)]
+    pub detach_target: bool,
 }
 
 /// What one variational step computed.
@@ -147,16 +177,56 @@ impl<B: Backend> Vlgo<B> {
         self.encoder.forward(z0, z1)
     }
 
-    /// The prior's distribution for z0: the learned prior when there is one, else the fixed one.
+    /// The prior's distribution for z0: the learned prior when there is one (fully warmed, as
+    /// evaluation and downstream sampling use it), else the fixed one.
     pub fn prior_params(&self, z0: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         match &self.prior {
             Some(prior) => prior.forward(z0),
-            None => Ok(LaplaceParams::fixed(
-                &self.fixed_prior,
-                [z0.dims()[0], self.operators.num_operators()],
-                &z0.device(),
-            )),
+            None => Ok(self.fixed_params(&z0)),
         }
+    }
+
+    /// The fixed prior, broadcast to z0's batch.
+    pub fn fixed_params(&self, z0: &Tensor<B, 2>) -> LaplaceParams<B> {
+        LaplaceParams::fixed(
+            &self.fixed_prior,
+            [z0.dims()[0], self.operators.num_operators()],
+            &z0.device(),
+        )
+    }
+
+    /// The prior at training iteration `t`: the learned prior blended toward the fixed one by
+    /// the warm-up (`kappa = min(t / W, 1)`), or the fixed prior when none is learned.
+    ///
+    /// ```
+    /// use burn::backend::NdArray;
+    /// use burn::prelude::*;
+    /// use vlgo_core::LieOperatorsConfig;
+    /// use vlgo_nn::VlgoConfig;
+    ///
+    /// let device = Default::default();
+    /// let model = VlgoConfig::new(LieOperatorsConfig::new(2, 4))
+    ///     .with_width(4)
+    ///     .with_learned_prior(true)
+    ///     .with_prior_warmup(10)
+    ///     .init::<NdArray>(&device)
+    ///     .unwrap();
+    /// let z0 = Tensor::<NdArray, 2>::ones([3, 4], &device);
+    /// // At t = 0 the prior is the fixed one: location 0.05 everywhere.
+    /// let loc = model.prior_at(z0, 0).unwrap().loc.into_data().to_vec::<f32>().unwrap();
+    /// assert!(loc.iter().all(|&v| (v - 0.05).abs() < 1e-6));
+    /// ```
+    pub fn prior_at(&self, z0: Tensor<B, 2>, t: u64) -> VlgoResult<LaplaceParams<B>> {
+        Ok(match &self.prior {
+            Some(prior) => warmup_prior(
+                &prior.forward(z0)?,
+                &self.fixed_prior,
+                t,
+                self.prior_warmup,
+                self.warmup_blend,
+            ),
+            None => self.fixed_params(&z0),
+        })
     }
 }
 
@@ -181,8 +251,8 @@ impl<B: ExpmBackend> Vlgo<B> {
     }
 
     /// The variational step's forward pass: infer q(c | z0, z1), draw J samples from host streams
-    /// keyed by (`step`, j), keep the best per datum, transport z0 with it, and form
-    /// L_m + beta KL(q || prior).
+    /// keyed by (`step`, j) (J from `best_of_j_from` on, one sample before), keep the best per
+    /// datum, transport z0 with it, and form L_m + beta KL(q || prior at `step`).
     ///
     /// ```
     /// use burn::backend::{Autodiff, NdArray};
@@ -211,7 +281,7 @@ impl<B: ExpmBackend> Vlgo<B> {
     ) -> VlgoResult<VlgoStep<B>> {
         let posterior = self.infer(z0.clone(), z1.clone())?;
         let [n, m] = posterior.dims();
-        let coefficients = if self.samples > 1 {
+        let coefficients = if self.samples > 1 && step >= self.best_of_j_from {
             best_of_j_seeded(
                 &self.operators,
                 &posterior,
@@ -229,8 +299,12 @@ impl<B: ExpmBackend> Vlgo<B> {
             sample(&posterior, u, &self.threshold)
         };
         let transported = self.transport(coefficients.clone(), z0.clone())?;
-        let manifold_loss = manifold_loss(transported.clone(), z1)?;
-        let kl = kl_divergence(&posterior, &self.prior_params(z0)?);
+        let manifold_loss = if self.detach_target {
+            manifold_loss(transported.clone(), z1)?
+        } else {
+            (transported.clone() - z1).square().mean()
+        };
+        let kl = kl_divergence(&posterior, &self.prior_at(z0, step)?);
         let loss = manifold_loss.clone() + kl.clone() * self.beta;
         Ok(VlgoStep {
             coefficients,

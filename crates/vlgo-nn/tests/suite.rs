@@ -150,3 +150,135 @@ fn sample_prior_and_configs_reject_bad_input() {
         .unwrap_err();
     assert!(bad_width.to_string().contains("width"), "{bad_width}");
 }
+
+#[test]
+fn the_stop_gradients_hold_and_ablation_s1_lifts_the_one_on_z1() {
+    let device = Default::default();
+    let streams = NoiseStreams::new(1);
+    for detach_target in [true, false] {
+        let model = VlgoConfig::new(
+            LieOperatorsConfig::new(4, 3).with_init(OperatorInit::Normal { std: 0.3 }),
+        )
+        .with_width(8)
+        .with_learned_prior(true)
+        .with_detach_target(detach_target)
+        .init::<AD>(&device)
+        .unwrap();
+        let z0 = Tensor::<AD, 2>::random(
+            [6, 3],
+            burn::tensor::Distribution::Normal(0.0, 1.0),
+            &device,
+        )
+        .require_grad();
+        let z1 = Tensor::<AD, 2>::from_data((z0.clone().inner() * 1.2 + 0.1).into_data(), &device)
+            .require_grad();
+        let step = model.step(z0.clone(), z1.clone(), &streams, 0).unwrap();
+        // L_m reaches z0 (it trains the backbone); z1 only without the stop-gradient.
+        let grads = step.manifold_loss.clone().backward();
+        assert!(z0.grad(&grads).is_some());
+        assert_eq!(z1.grad(&grads).is_some(), !detach_target);
+        // The KL sees only detached features: the encoder and prior learn from it, the
+        // features receive nothing.
+        let step = model.step(z0.clone(), z1.clone(), &streams, 0).unwrap();
+        let grads = step.kl.backward();
+        assert!(z0.grad(&grads).is_none() && z1.grad(&grads).is_none());
+        let mut count = 0;
+        model.encoder.visit(&mut CountGrads {
+            grads: &grads,
+            count: &mut count,
+        });
+        assert!(count > 0);
+    }
+}
+
+#[test]
+fn the_prior_warms_up_from_the_fixed_one_over_w_iterations() {
+    let device = Default::default();
+    let fixed = FixedPrior {
+        shift: 0.05,
+        scale: 0.01,
+    };
+    let model = VlgoConfig::new(LieOperatorsConfig::new(3, 4))
+        .with_width(4)
+        .with_learned_prior(true)
+        .with_fixed_prior(fixed)
+        .with_prior_warmup(100)
+        .init::<B>(&device)
+        .unwrap();
+    let z0 = Tensor::<B, 2>::random(
+        [5, 4],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    let learned = model.prior.as_ref().unwrap().forward(z0.clone()).unwrap();
+    let close = |a: Tensor<B, 2>, b: Tensor<B, 2>| max_abs(a - b) < 1e-5;
+    let start = model.prior_at(z0.clone(), 0).unwrap();
+    assert!(max_abs(start.loc.clone() - 0.05) < 1e-6);
+    assert!(max_abs(start.scale() - 0.01) < 1e-7);
+    // Half-way: the paper's blend of locations and of scales (not of log-scales).
+    let half = model.prior_at(z0.clone(), 50).unwrap();
+    assert!(close(half.loc.clone(), learned.loc.clone() * 0.5 + 0.025));
+    assert!(close(half.scale(), learned.scale() * 0.5 + 0.005));
+    for t in [100, 5000] {
+        let end = model.prior_at(z0.clone(), t).unwrap();
+        assert!(close(end.loc, learned.loc.clone()));
+        assert!(close(end.log_scale, learned.log_scale.clone()));
+    }
+    // The KL of a step targets the warmed prior: at t = 0 the fixed one.
+    let q = model.infer(z0.clone(), z0.clone()).unwrap();
+    let want = vlgo_core::kl_divergence(&q, &start).into_scalar().to_f64();
+    let step = model
+        .step(z0.clone(), z0, &NoiseStreams::new(0), 0)
+        .unwrap();
+    assert!((step.kl.into_scalar().to_f64() - want).abs() <= 1e-6 * want.abs().max(1.0));
+}
+
+#[test]
+fn best_of_j_starts_at_its_configured_iteration_and_picks_each_datums_best() {
+    let device = Default::default();
+    let streams = NoiseStreams::new(9);
+    let model =
+        VlgoConfig::new(LieOperatorsConfig::new(4, 3).with_init(OperatorInit::Normal { std: 0.5 }))
+            .with_width(8)
+            .with_samples(6)
+            .with_best_of_j_from(10)
+            .with_threshold(Threshold::new(0.005, ThresholdVariant::Noise).unwrap())
+            .init::<B>(&device)
+            .unwrap();
+    let z0 = Tensor::<B, 2>::random(
+        [7, 3],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    let z1 = z0.clone() * 0.8 - 0.2;
+    let q = model.infer(z0.clone(), z1.clone()).unwrap();
+    let error = |c: Tensor<B, 2>| {
+        let moved = model.transport(c, z0.clone()).unwrap();
+        (moved - z1.clone())
+            .square()
+            .sum_dim(1)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    // Before iteration 10: the one sample of stream 0.
+    let before = model.step(z0.clone(), z1.clone(), &streams, 9).unwrap();
+    let u = streams.uniform_centered(9, 0, 7 * 4);
+    let u = Tensor::<B, 1>::from_floats(u.as_slice(), &device).reshape([7, 4]);
+    let single = vlgo_core::sample(&q, u, &model.threshold);
+    assert_eq!(before.coefficients.into_data(), single.into_data());
+    // From iteration 10: per datum, no candidate of the J streams does better.
+    let after = model.step(z0.clone(), z1.clone(), &streams, 10).unwrap();
+    let best = error(after.coefficients);
+    for j in 0..6 {
+        let u = streams.uniform_centered(10, j, 7 * 4);
+        let u = Tensor::<B, 1>::from_floats(u.as_slice(), &device).reshape([7, 4]);
+        let candidate = error(vlgo_core::sample(&q, u, &model.threshold));
+        for (b, c) in best.iter().zip(&candidate) {
+            assert!(
+                b <= &(c + 1e-5 * c.max(1.0)),
+                "datum error {b} > candidate {c}"
+            );
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The Lie group part of the ManifoldCLR methods (`math.md` 5): settings, the VLGO model in the
+//! backbone's feature space, and the feature augmentation and losses of one step.
+//!
+//! A ManifoldCLR step takes the backbone features z0, z1 of a batch's two views and
+//! - trains the operators, encoder and prior with L_m + beta KL (the encoder sees detached
+//!   features; L_m trains the backbone through z0, and through z1 too without the stop-gradient:
+//!   ablation S1);
+//! - augments z0 with one thresholded sample of the prior, z0~ = T(c~) z0, c~ ~ p(c | sg(z0))
+//!   (the fixed prior with ablation S4; no augmentation with S2);
+//! - contrasts (z0~, z1) with InfoNCE: through the head (h(z0~) its own pass, h(z1) from the
+//!   pass over both views) or on the raw features with the clean z0 as extra negatives.
+
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+use vlgo_core::{
+    ExpmBackend, FixedPrior, LieOperatorsConfig, NoiseStreams, OperatorForm, Threshold,
+    ThresholdVariant, WarmupBlend, distance_improvement, sample,
+};
+use vlgo_nn::{Vlgo, VlgoConfig};
+
+use crate::error::{ClrError, Result};
+
+/// Noise streams of the augmentation and of the mixing weights, apart from the VLGO step's
+/// (which uses streams 0..J of each iteration).
+const AUGMENT_STREAM: u64 = 1 << 40;
+const MIXUP_STREAM: u64 = (1 << 40) + 1;
+
+/// Settings of the Lie group part (`protocols.md`; defaults are the paper's CIFAR-10 values
+/// without a threshold).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManifoldConfig {
+    /// Generators M.
+    pub num_operators: usize,
+    /// Block size b: block-diagonal generators of b x b blocks (b must divide the features d);
+    /// `manifold-directclr` uses one dense b x b generator on the first `direct_dims` features.
+    pub block_size: usize,
+    /// Width F of the encoder and prior networks.
+    pub network_width: usize,
+    /// KL weight beta.
+    pub beta: f64,
+    /// Weight lambda of L_m; unset: 10 with a projection head, 1 without (`math.md` 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lambda: Option<f64>,
+    /// Threshold zeta of the coefficient samples (0: plain Laplace).
+    pub threshold: f64,
+    /// Which threshold (`noise`, the default, or `sample`).
+    pub threshold_variant: ThresholdVariant,
+    /// Best-of-J samples in training (1: one sample).
+    pub samples: usize,
+    /// Iteration from which best-of-J applies.
+    pub best_of_j_from: u64,
+    /// Warm-up of the learned prior, iterations (5000 in the paper).
+    pub prior_warmup: u64,
+    /// How the warm-up blends the priors (`paper` or `public-code`).
+    pub warmup_blend: WarmupBlend,
+    /// Location of the fixed prior.
+    pub shift_prior: f64,
+    /// Scale of the fixed prior.
+    pub scale_prior: f64,
+    /// Weight of shift_l2 * mean_b sum_m mu_enc^2 (0: off).
+    pub shift_l2: f64,
+    /// Width of the identity part of the stable initialisation (alpha).
+    pub init_alpha: f64,
+    /// Width of the rotation part of the stable initialisation (beta of `math.md` 1).
+    pub init_beta: f64,
+    /// Ablation S1: no stop-gradient on z1 in L_m.
+    pub no_stop_grad_z1: bool,
+    /// Ablation S2: no Lie group augmentation (InfoNCE on (z0, z1)).
+    pub no_lie_augmentation: bool,
+    /// Ablation S3: no manifold loss (lambda = 0).
+    pub no_manifold_loss: bool,
+    /// Ablation S4: the fixed prior, not the learned one, draws the augmentation.
+    pub fixed_prior_augmentation: bool,
+}
+
+impl Default for ManifoldConfig {
+    fn default() -> Self {
+        Self {
+            num_operators: 16,
+            block_size: 64,
+            network_width: 512,
+            beta: 1e-5,
+            lambda: None,
+            threshold: 0.0,
+            threshold_variant: ThresholdVariant::Noise,
+            samples: 1,
+            best_of_j_from: 0,
+            prior_warmup: 5000,
+            warmup_blend: WarmupBlend::Paper,
+            shift_prior: 0.05,
+            scale_prior: 0.01,
+            shift_l2: 0.0,
+            init_alpha: 1e-4,
+            init_beta: 6.0,
+            no_stop_grad_z1: false,
+            no_lie_augmentation: false,
+            no_manifold_loss: false,
+            fixed_prior_augmentation: false,
+        }
+    }
+}
+
+impl ManifoldConfig {
+    /// The VLGO model's settings for features of `dim` (block-diagonal) or for a direct
+    /// dictionary on `dim` features (`direct`), with operators drawn from `seed`.
+    pub fn vlgo(&self, dim: usize, direct: bool, seed: u64) -> Result<VlgoConfig> {
+        if self.samples == 0 {
+            return Err(ClrError::invalid(
+                "manifold.samples (J)",
+                0,
+                format!(
+                    "at least 1 (the threshold {} picks among J samples)",
+                    self.threshold
+                ),
+            ));
+        }
+        let form = if direct {
+            OperatorForm::Dense
+        } else {
+            OperatorForm::BlockDiagonal(self.block_size)
+        };
+        let config = VlgoConfig::new(
+            LieOperatorsConfig::new(self.num_operators, dim)
+                .with_form(form)
+                .with_init_alpha(self.init_alpha)
+                .with_init_beta(self.init_beta)
+                .with_seed(seed),
+        )
+        .with_width(self.network_width)
+        .with_fixed_prior(FixedPrior {
+            shift: self.shift_prior,
+            scale: self.scale_prior,
+        })
+        .with_learned_prior(true)
+        .with_threshold(Threshold::new(self.threshold, self.threshold_variant)?)
+        .with_samples(self.samples)
+        .with_beta(self.beta)
+        .with_best_of_j_from(self.best_of_j_from)
+        .with_prior_warmup(self.prior_warmup)
+        .with_warmup_blend(self.warmup_blend)
+        .with_detach_target(!self.no_stop_grad_z1);
+        config.validate()?;
+        for (name, v) in [
+            ("manifold.lambda", self.lambda.unwrap_or(1.0)),
+            ("manifold.shift_l2", self.shift_l2),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(ClrError::invalid(name, v, "finite and >= 0"));
+            }
+        }
+        Ok(config)
+    }
+
+    /// lambda: 0 with ablation S3, else the configured one or the default for the head.
+    pub fn lambda(&self, with_head: bool) -> f64 {
+        match (self.no_manifold_loss, self.lambda) {
+            (true, _) => 0.0,
+            (false, Some(l)) => l,
+            (false, None) if with_head => 10.0,
+            (false, None) => 1.0,
+        }
+    }
+}
+
+/// The manifold terms and diagnostics of one step.
+#[derive(Debug, Clone)]
+pub struct ManifoldStep<B: Backend> {
+    /// L_m, shape [1].
+    pub loss_manifold: Tensor<B, 1>,
+    /// KL(q || prior), shape [1].
+    pub kl: Tensor<B, 1>,
+    /// lambda L_m + beta KL (+ the shift penalty), shape [1].
+    pub loss: Tensor<B, 1>,
+    /// Distance improvement of the encoder's sample (< 1: the operators move z0 toward z1).
+    pub distance_improvement: f64,
+    /// Mean count of non-zero coefficients per sample (encoder samples).
+    pub nonzero_per_sample: f64,
+    /// Mean |c| over the non-zero coefficients (0 when there is none).
+    pub mean_abs_nonzero: f64,
+}
+
+/// The VLGO step on (z0, z1) at `iteration`: the terms to add to InfoNCE, and z0 moved by a
+/// prior sample (the anchor of the contrast; z0 itself with ablation S2).
+pub(crate) fn manifold_step<B: ExpmBackend>(
+    vlgo: &Vlgo<B>,
+    config: &ManifoldConfig,
+    lambda: f64,
+    z0: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+    iteration: u64,
+    seed: u64,
+) -> Result<(Tensor<B, 2>, ManifoldStep<B>)> {
+    let streams = NoiseStreams::new(seed);
+    let step = vlgo.step(z0.clone(), z1.clone(), &streams, iteration)?;
+    let di = distance_improvement(z0.clone(), z1, step.transported.clone().detach())?;
+    let values = step
+        .coefficients
+        .clone()
+        .detach()
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .map_err(|e| ClrError::invalid("coefficients", format!("{e:?}"), "readable floats"))?;
+    let n = z0.dims()[0].max(1) as f64;
+    let nonzero: Vec<f32> = values.iter().copied().filter(|v| *v != 0.0).collect();
+    let mean_abs = if nonzero.is_empty() {
+        0.0
+    } else {
+        nonzero.iter().map(|v| f64::from(v.abs())).sum::<f64>() / nonzero.len() as f64
+    };
+    let mut loss = step.manifold_loss.clone() * lambda + step.kl.clone() * vlgo.beta;
+    if config.shift_l2 > 0.0 {
+        let mu = step.posterior.loc.clone();
+        let penalty = mu.square().sum().div_scalar(n);
+        loss = loss + penalty * config.shift_l2;
+    }
+    let anchor = if config.no_lie_augmentation {
+        z0
+    } else {
+        let prior = if config.fixed_prior_augmentation {
+            vlgo.fixed_params(&z0)
+        } else {
+            vlgo.prior_at(z0.clone(), iteration)?
+        };
+        let [rows, m] = prior.dims();
+        let u = streams.uniform_centered(iteration, AUGMENT_STREAM, rows * m);
+        let u = Tensor::<B, 1>::from_floats(u.as_slice(), &z0.device()).reshape([rows, m]);
+        let c = sample(&prior, u, &vlgo.threshold);
+        vlgo.transport(c, z0)?
+    };
+    Ok((
+        anchor,
+        ManifoldStep {
+            loss_manifold: step.manifold_loss,
+            kl: step.kl,
+            loss,
+            distance_improvement: di,
+            nonzero_per_sample: nonzero.len() as f64 / n,
+            mean_abs_nonzero: mean_abs,
+        },
+    ))
+}
+
+/// ManifoldMixupCLR's anchor: z0~ = l z0 + (1 - l) z1 with one l ~ U(0, 1) per sample (not per
+/// feature), drawn from the stream of `iteration`.
+pub(crate) fn mixup<B: Backend>(
+    z0: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+    iteration: u64,
+    seed: u64,
+) -> Tensor<B, 2> {
+    let n = z0.dims()[0];
+    let l: Vec<f32> = NoiseStreams::new(seed)
+        .uniform_centered(iteration, MIXUP_STREAM, n)
+        .into_iter()
+        .map(|u| u + 0.5)
+        .collect();
+    let l = Tensor::<B, 1>::from_floats(l.as_slice(), &z0.device()).reshape([n, 1]);
+    z0 * l.clone() + z1 * (l.neg() + 1.0)
+}
