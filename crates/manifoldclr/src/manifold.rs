@@ -259,3 +259,46 @@ pub(crate) fn mixup<B: Backend>(
     let l = Tensor::<B, 1>::from_floats(l.as_slice(), &z0.device()).reshape([n, 1]);
     z0 * l.clone() + z1 * (l.neg() + 1.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vlgo_core::testing::TestBackend as B;
+
+    #[test]
+    fn mixup_mixes_each_sample_with_one_weight() {
+        let device = Default::default();
+        let z0 = Tensor::<B, 2>::random([8, 5], burn::tensor::Distribution::Default, &device);
+        let z1 = Tensor::<B, 2>::random([8, 5], burn::tensor::Distribution::Default, &device) + 2.0;
+        let anchor = mixup(z0.clone(), z1.clone(), 3, 1);
+        // anchor - z1 = l (z0 - z1): one l per row, in [0, 1], not the same for every row.
+        let ratio = ((anchor - z1.clone()) / (z0 - z1))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let mut weights = Vec::new();
+        for row in ratio.chunks(5) {
+            assert!(row.iter().all(|l| (l - row[0]).abs() < 1e-4), "{row:?}");
+            assert!((0.0..=1.0).contains(&row[0]));
+            weights.push(row[0]);
+        }
+        assert!(
+            weights.iter().any(|l| (l - weights[0]).abs() > 1e-3),
+            "{weights:?}"
+        );
+        // Keyed by the iteration.
+        let again = mixup(
+            Tensor::<B, 2>::zeros([8, 5], &device),
+            Tensor::ones([8, 5], &device),
+            4,
+            1,
+        );
+        let other: Vec<f32> = again.into_data().to_vec::<f32>().unwrap();
+        assert!(
+            other
+                .chunks(5)
+                .zip(&weights)
+                .any(|(r, l)| (1.0 - r[0] - l).abs() > 1e-3)
+        );
+    }
+}

@@ -18,6 +18,9 @@ use crate::head::{HeadKind, ProjectionHead};
 use crate::info_nce::{InfoNceConfig, info_nce};
 use crate::manifold::{ManifoldConfig, ManifoldStep, manifold_step, mixup};
 
+/// Mixed into the run's seed for the operators' initialisation.
+const OPERATOR_SEED: u64 = 0x0be7_a70e;
+
 /// The contrastive methods, by their config names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -248,7 +251,9 @@ impl ContrastiveConfig {
             device,
         )?;
         let vlgo = match self.method.uses_operators() {
-            true => Some(self.vlgo_config(seed)?.init(device)?),
+            // The operators draw from stream (0, 0) of their seed, which the first step's
+            // coefficient noise would read too: give them a seed of their own.
+            true => Some(self.vlgo_config(seed ^ OPERATOR_SEED)?.init(device)?),
             false => None,
         };
         Ok(ContrastiveModel {
