@@ -4,11 +4,15 @@
 //! optimiser. The setting of `pytorch_anchors.py --only step`, whose figures belong beside
 //! these (same machine, same sitting).
 //!
-//! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --max-pool --reps R --only 32|28]`.
+//! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --max-pool --reps R --only 32|28
+//! --methods simclr-mlp,manifoldclr-mlp --network-width F]`.
 //! Defaults: both backends, the anchors' batches (128 at 3 x 32 x 32, width 64; 256 at
 //! 1 x 28 x 28, width 32), one timed step after one warm-up. Throughput per image barely
 //! depends on the batch here (the convolutions cost per image), so `--batch` can shorten a
-//! slow backend's run; the printed figures say which batch was used.
+//! slow backend's run; the printed figures say which batch was used. `--methods` times several
+//! methods one after the other in the same process (the ManifoldCLR overhead: operators of
+//! 16 generators in 64 x 64 blocks, encoder and prior at width `--network-width`, default 512;
+//! one AdamW over every parameter).
 
 use std::time::Instant;
 
@@ -16,7 +20,7 @@ use burn::backend::Autodiff;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 
-use manifoldclr::{ContrastiveConfig, Method, TrainBackend};
+use manifoldclr::{ContrastiveConfig, ManifoldConfig, Method, TrainBackend};
 use vlgo_datasets::fixtures::synthetic;
 use vlgo_datasets::{Augment, AugmentConfig, Normalization};
 
@@ -27,8 +31,10 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|k| argv.get(k + 1).cloned())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn bench<B: TrainBackend>(
     label: &str,
+    method: Method,
     channels: usize,
     side: usize,
     width: usize,
@@ -41,7 +47,13 @@ fn bench<B: TrainBackend>(
         width,
         in_channels: channels,
         max_pool: std::env::args().any(|a| a == "--max-pool"),
-        ..ContrastiveConfig::new(Method::SimClrMlp)
+        manifold: ManifoldConfig {
+            network_width: arg("--network-width").map_or(512, |f| {
+                f.parse().expect("--network-width takes an integer")
+            }),
+            ..ManifoldConfig::default()
+        },
+        ..ContrastiveConfig::new(method)
     };
     let mut model = config.init::<B>(&device).unwrap();
     let mut optim = AdamWConfig::new().with_epsilon(1e-8).init();
@@ -80,7 +92,7 @@ fn bench<B: TrainBackend>(
     }
     let step: f64 = totals.iter().sum();
     println!(
-        "| {label} | width {width}, {channels}x{side}x{side}, batch {batch} | {:.1} | {:.2} | {:.2} / {:.2} / {:.2} / {:.2} |",
+        "| {label} | {method} | width {width}, {channels}x{side}x{side}, batch {batch} | {:.1} | {:.2} | {:.2} / {:.2} / {:.2} / {:.2} |",
         batch as f64 / step,
         step,
         totals[0],
@@ -95,9 +107,14 @@ fn main() {
     let backend = arg("--backend");
     let only = arg("--only");
     println!(
-        "| backend | setting | images/s | s/step | data / forward / backward / optimiser, s |"
+        "| backend | method | setting | images/s | s/step | data / forward / backward / optimiser, s |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
+    let methods: Vec<Method> = arg("--methods")
+        .unwrap_or_else(|| "simclr-mlp".into())
+        .split(',')
+        .map(|m| m.parse().expect("--methods takes method names"))
+        .collect();
     for (channels, side, default_width, default_batch) in [(3, 32, 64, 128), (1, 28, 32, 256)] {
         if only.as_deref().is_some_and(|o| o != side.to_string()) {
             continue;
@@ -108,13 +125,17 @@ fn main() {
         let width = arg("--width").map_or(default_width, |w| {
             w.parse().expect("--width takes an integer")
         });
-        if backend.as_deref().is_none_or(|b| b == "flex") {
-            bench::<Autodiff<burn::backend::Flex>>("flex", channels, side, width, batch, reps);
-        }
-        if backend.as_deref().is_none_or(|b| b == "ndarray") {
-            bench::<Autodiff<burn::backend::NdArray>>(
-                "ndarray", channels, side, width, batch, reps,
-            );
+        for &method in &methods {
+            if backend.as_deref().is_none_or(|b| b == "flex") {
+                bench::<Autodiff<burn::backend::Flex>>(
+                    "flex", method, channels, side, width, batch, reps,
+                );
+            }
+            if backend.as_deref().is_none_or(|b| b == "ndarray") {
+                bench::<Autodiff<burn::backend::NdArray>>(
+                    "ndarray", method, channels, side, width, batch, reps,
+                );
+            }
         }
     }
 }
