@@ -180,8 +180,8 @@ pub struct ManifoldStep<B: Backend> {
     pub mean_abs_nonzero: f64,
 }
 
-/// The VLGO step on (z0, z1) at `iteration`: the terms to add to InfoNCE, and z0 moved by a
-/// prior sample (the anchor of the contrast; z0 itself with ablation S2).
+/// The VLGO step on (z0, z1) at `iteration`: z0 moved by a prior sample (the anchor of the
+/// contrast; none with ablation S2) and the terms to add to InfoNCE.
 pub(crate) fn manifold_step<B: ExpmBackend>(
     vlgo: &Vlgo<B>,
     config: &ManifoldConfig,
@@ -190,7 +190,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
     z1: Tensor<B, 2>,
     iteration: u64,
     seed: u64,
-) -> Result<(Tensor<B, 2>, ManifoldStep<B>)> {
+) -> Result<(Option<Tensor<B, 2>>, ManifoldStep<B>)> {
     let streams = NoiseStreams::new(seed);
     let step = vlgo.step(z0.clone(), z1.clone(), &streams, iteration)?;
     let di = distance_improvement(z0.clone(), z1, step.transported.clone().detach())?;
@@ -216,7 +216,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         loss = loss + penalty * config.shift_l2;
     }
     let anchor = if config.no_lie_augmentation {
-        z0
+        None
     } else {
         let prior = if config.fixed_prior_augmentation {
             vlgo.fixed_params(&z0)
@@ -227,7 +227,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         let u = streams.uniform_centered(iteration, AUGMENT_STREAM, rows * m);
         let u = Tensor::<B, 1>::from_floats(u.as_slice(), &z0.device()).reshape([rows, m]);
         let c = sample(&prior, u, &vlgo.threshold);
-        vlgo.transport(c, z0)?
+        Some(vlgo.transport(c, z0)?)
     };
     Ok((
         anchor,

@@ -336,58 +336,41 @@ impl<B: Backend> ContrastiveModel<B> {
         let n = view0.dims()[0];
         let features = self.backbone.forward(Tensor::cat(vec![view0, view1], 0))?;
         let d = self.contrast_dims.min(features.dims()[1]);
-        let (loss_nce, manifold) = if !self.head.is_identity() {
-            let projected = self.head.forward(features.clone())?;
-            let h0 = projected.clone().narrow(0, 0, n);
-            let h1 = projected.narrow(0, n, n);
-            match &self.vlgo {
-                Some(vlgo) => {
-                    let z0 = features.clone().narrow(0, 0, n);
-                    let z1 = features.clone().narrow(0, n, n);
-                    let (anchor, m) = manifold_step(
-                        vlgo,
-                        &self.manifold,
-                        self.lambda,
-                        z0,
-                        z1,
-                        iteration,
-                        self.seed,
-                    )?;
-                    // h(z0~) is its own pass (own batch-norm statistics); with ablation S2 the
-                    // plain pair of the joint pass is contrasted.
-                    let h0 = match self.manifold.no_lie_augmentation {
-                        true => h0,
-                        false => self.head.forward(anchor)?,
-                    };
-                    (info_nce(h0, h1, None, &self.loss)?, Some(m))
-                }
-                None => (info_nce(h0, h1, None, &self.loss)?, None),
+        let z0 = features.clone().slice([0..n, 0..d]);
+        let z1 = features.clone().slice([n..2 * n, 0..d]);
+        // The moved z0 that replaces z0 as the anchor (none: the plain pair is contrasted).
+        let (anchor, manifold) = match (&self.vlgo, self.method) {
+            (Some(vlgo), _) => {
+                let (anchor, m) = manifold_step(
+                    vlgo,
+                    &self.manifold,
+                    self.lambda,
+                    z0.clone(),
+                    z1.clone(),
+                    iteration,
+                    self.seed,
+                )?;
+                (anchor, Some(m))
             }
+            (None, Method::ManifoldMixupClr) => (
+                Some(mixup(z0.clone(), z1.clone(), iteration, self.seed)),
+                None,
+            ),
+            (None, _) => (None, None),
+        };
+        let loss_nce = if !self.head.is_identity() {
+            let projected = self.head.forward(features.clone())?;
+            let h1 = projected.clone().narrow(0, n, n);
+            // h(z0~) is its own pass (own batch-norm statistics).
+            let h0 = match anchor {
+                Some(a) => self.head.forward(a)?,
+                None => projected.narrow(0, 0, n),
+            };
+            info_nce(h0, h1, None, &self.loss)?
         } else {
-            let z0 = features.clone().slice([0..n, 0..d]);
-            let z1 = features.clone().slice([n..2 * n, 0..d]);
-            match (&self.vlgo, self.method) {
-                (Some(vlgo), _) => {
-                    let (anchor, m) = manifold_step(
-                        vlgo,
-                        &self.manifold,
-                        self.lambda,
-                        z0.clone(),
-                        z1.clone(),
-                        iteration,
-                        self.seed,
-                    )?;
-                    let nce = match self.manifold.no_lie_augmentation {
-                        true => info_nce(z0, z1, None, &self.loss)?,
-                        false => info_nce(anchor, z1, Some(z0), &self.loss)?,
-                    };
-                    (nce, Some(m))
-                }
-                (None, Method::ManifoldMixupClr) => {
-                    let anchor = mixup(z0.clone(), z1.clone(), iteration, self.seed);
-                    (info_nce(anchor, z1, Some(z0), &self.loss)?, None)
-                }
-                (None, _) => (info_nce(z0, z1, None, &self.loss)?, None),
+            match anchor {
+                Some(a) => info_nce(a, z1, Some(z0), &self.loss)?,
+                None => info_nce(z0, z1, None, &self.loss)?,
             }
         };
         let loss = match &manifold {

@@ -211,6 +211,14 @@ pub trait PretrainHooks<B: TrainBackend> {
 
 type Adam<B> = OptimizerAdaptor<AdamW, ContrastiveModel<B>, B>;
 
+/// Checkpoint files of the backbone's, head's, operators' and encoder and prior's optimisers.
+const OPTIM_FILES: [&str; 4] = [
+    "optim-backbone",
+    "optim-head",
+    "optim-operators",
+    "optim-variational",
+];
+
 /// Visits every parameter's value, which initialises it.
 struct Materialise;
 
@@ -420,6 +428,19 @@ impl<B: TrainBackend> Pretrainer<B> {
         Ok(())
     }
 
+    /// The optimisers in use with their checkpoint files: the operators' and the encoder's and
+    /// prior's only for the methods with operators.
+    fn optimisers(&self) -> Vec<(&'static str, &Adam<B>)> {
+        let all = [
+            &self.opt_backbone,
+            &self.opt_head,
+            &self.opt_operators,
+            &self.opt_variational,
+        ];
+        let used = if self.model.vlgo.is_some() { 4 } else { 2 };
+        OPTIM_FILES.into_iter().zip(all).take(used).collect()
+    }
+
     /// Writes model, optimisers and state into `dir` atomically: into a fresh sibling folder
     /// first, which then replaces `dir`.
     pub fn save(&self, dir: &Path) -> Result<()> {
@@ -436,27 +457,8 @@ impl<B: TrainBackend> Pretrainer<B> {
             .clone()
             .save_file(tmp.join("model"), &rec)
             .map_err(record_err)?;
-        Recorder::<B>::record(
-            &rec,
-            self.opt_backbone.to_record(),
-            tmp.join("optim-backbone"),
-        )
-        .map_err(record_err)?;
-        Recorder::<B>::record(&rec, self.opt_head.to_record(), tmp.join("optim-head"))
-            .map_err(record_err)?;
-        if self.model.vlgo.is_some() {
-            Recorder::<B>::record(
-                &rec,
-                self.opt_operators.to_record(),
-                tmp.join("optim-operators"),
-            )
-            .map_err(record_err)?;
-            Recorder::<B>::record(
-                &rec,
-                self.opt_variational.to_record(),
-                tmp.join("optim-variational"),
-            )
-            .map_err(record_err)?;
+        for (name, opt) in self.optimisers() {
+            Recorder::<B>::record(&rec, opt.to_record(), tmp.join(name)).map_err(record_err)?;
         }
         let state = serde_json::to_string_pretty(&self.state).expect("state serialises");
         std::fs::write(tmp.join("state.json"), state).map_err(|e| io(e, &tmp))?;
@@ -480,21 +482,15 @@ impl<B: TrainBackend> Pretrainer<B> {
             .model
             .load_file(dir.join("model"), &rec, device)
             .map_err(record_err)?;
-        fresh.opt_backbone = fresh.opt_backbone.load_record(
-            Recorder::<B>::load(&rec, dir.join("optim-backbone"), device).map_err(record_err)?,
-        );
-        fresh.opt_head = fresh.opt_head.load_record(
-            Recorder::<B>::load(&rec, dir.join("optim-head"), device).map_err(record_err)?,
-        );
+        let load = |opt: Adam<B>, name: &str| -> Result<Adam<B>> {
+            let record = Recorder::<B>::load(&rec, dir.join(name), device).map_err(record_err)?;
+            Ok(opt.load_record(record))
+        };
+        fresh.opt_backbone = load(fresh.opt_backbone, OPTIM_FILES[0])?;
+        fresh.opt_head = load(fresh.opt_head, OPTIM_FILES[1])?;
         if fresh.model.vlgo.is_some() {
-            fresh.opt_operators = fresh.opt_operators.load_record(
-                Recorder::<B>::load(&rec, dir.join("optim-operators"), device)
-                    .map_err(record_err)?,
-            );
-            fresh.opt_variational = fresh.opt_variational.load_record(
-                Recorder::<B>::load(&rec, dir.join("optim-variational"), device)
-                    .map_err(record_err)?,
-            );
+            fresh.opt_operators = load(fresh.opt_operators, OPTIM_FILES[2])?;
+            fresh.opt_variational = load(fresh.opt_variational, OPTIM_FILES[3])?;
         }
         let path = dir.join("state.json");
         let text = std::fs::read_to_string(&path).map_err(|e| ClrError::Io {
