@@ -358,6 +358,8 @@ fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
         "pretrain.model.manifold.network_width=4",
         "--set",
         "pretrain.model.manifold.prior_warmup=4",
+        "--set",
+        "pretrain.spectrum_every=1",
     ]);
     assert!(
         out.status.success(),
@@ -380,10 +382,26 @@ fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
             "mean_abs_coefficient",
             "operators_grad_norm",
             "variational_grad_norm",
+            "generators_used",
+            "feature_norm",
+            "effective_rank",
+            "feature_entropy",
+            "stable_rank",
         ] {
             let v = step.get(key).and_then(Value::as_f64);
             assert!(v.is_some_and(f64::is_finite), "{key}: {v:?}");
         }
+        for key in [
+            "generator_norms",
+            "encoder_scale_range",
+            "encoder_loc_range",
+            "prior_scale_range",
+            "prior_loc_range",
+        ] {
+            assert!(step[key].as_array().is_some_and(|a| !a.is_empty()), "{key}");
+        }
+        let rank = step["effective_rank"].as_f64().unwrap();
+        assert!(rank >= 1.0 && step["stable_rank"].as_f64().unwrap() <= rank + 1e-9);
     }
     for file in ["optim-operators", "optim-variational"] {
         let found = std::fs::read_dir(run.join("checkpoints"))

@@ -110,6 +110,9 @@ pub struct Spectrum {
     pub effective_rank: f64,
     /// Entropy of the normalised singular values, in nats.
     pub entropy: f64,
+    /// Stable rank sum sigma_i^2 / max sigma_i^2 (= ||Z||_F^2 / ||Z||_2^2), between 1 and the
+    /// dimension; unlike the effective rank it is dominated by the largest directions.
+    pub stable_rank: f64,
 }
 
 /// The [`Spectrum`] of the rows of `features` (not centred, as Roy and Vetterli define it), from
@@ -125,9 +128,27 @@ pub struct Spectrum {
 /// assert!((s.entropy - 2f64.ln()).abs() < 1e-9);
 /// ```
 pub fn feature_spectrum(features: &Features) -> Result<Spectrum> {
-    let d = features.dim;
+    spectrum(&features.values, features.dim)
+}
+
+/// The [`Spectrum`] of a row-major matrix of `dim` columns (`values.len()` a multiple of `dim`).
+///
+/// ```
+/// // Rows (1, 0) and (0, 2): singular values 1 and 2.
+/// let s = manifoldclr::spectrum(&[1.0, 0.0, 0.0, 2.0], 2).unwrap();
+/// assert!((s.stable_rank - 5.0 / 4.0).abs() < 1e-9);
+/// ```
+pub fn spectrum(values: &[f32], dim: usize) -> Result<Spectrum> {
+    if dim == 0 || !values.len().is_multiple_of(dim) {
+        return Err(ClrError::invalid(
+            "features for the spectrum",
+            format!("{} values", values.len()),
+            format!("rows of {dim} values"),
+        ));
+    }
+    let d = dim;
     let mut gram = nalgebra::DMatrix::<f64>::zeros(d, d);
-    for row in features.values.chunks_exact(d) {
+    for row in values.chunks_exact(d) {
         for i in 0..d {
             let ri = row[i] as f64;
             for j in i..d {
@@ -159,9 +180,11 @@ pub fn feature_spectrum(features: &Features) -> Result<Spectrum> {
         .filter(|&p| p > 0.0)
         .map(|p| -p * p.ln())
         .sum();
+    let largest = singular.iter().fold(0.0f64, |a, &s| a.max(s));
     Ok(Spectrum {
         effective_rank: entropy.exp(),
         entropy,
+        stable_rank: singular.iter().map(|s| s * s).sum::<f64>() / (largest * largest),
     })
 }
 

@@ -35,15 +35,15 @@ pub use clip::clip_global_norm;
 pub use error::{ClrError, Result};
 pub use eval::{
     Accuracy, Features, ProbeConfig, Spectrum, extract_features, feature_spectrum, knn,
-    linear_probe,
+    linear_probe, spectrum,
 };
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
-pub use manifold::{ManifoldConfig, ManifoldStep};
+pub use manifold::{ManifoldConfig, ManifoldDiagnostics, ManifoldStep};
 pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
 pub use pretrain::{
-    GroupConfig, ManifoldLog, PretrainConfig, PretrainHooks, Pretrainer, StepLog, TrainBackend,
-    TrainState, ViewSource,
+    FeatureLog, GroupConfig, ManifoldLog, PretrainConfig, PretrainHooks, Pretrainer, StepLog,
+    TrainBackend, TrainState, ViewSource,
 };
 pub use schedule::WarmupCosine;
 pub use vlgo_nn;

@@ -13,8 +13,8 @@
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 use vlgo_core::{
-    ExpmBackend, FixedPrior, LieOperatorsConfig, NoiseStreams, OperatorForm, Threshold,
-    ThresholdVariant, WarmupBlend, distance_improvement, sample,
+    ExpmBackend, FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams, OperatorForm,
+    Threshold, ThresholdVariant, WarmupBlend, distance_improvement, sample,
 };
 use vlgo_nn::{Vlgo, VlgoConfig};
 
@@ -174,10 +174,95 @@ pub struct ManifoldStep<B: Backend> {
     pub loss: Tensor<B, 1>,
     /// Distance improvement of the encoder's sample (< 1: the operators move z0 toward z1).
     pub distance_improvement: f64,
+    /// The step's coefficient and operator figures.
+    pub diagnostics: ManifoldDiagnostics,
+}
+
+/// What a step's coefficients and operators look like (`math.md` 1 and 4): read back from the
+/// device in one transfer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifoldDiagnostics {
     /// Mean count of non-zero coefficients per sample (encoder samples).
     pub nonzero_per_sample: f64,
     /// Mean |c| over the non-zero coefficients (0 when there is none).
-    pub mean_abs_nonzero: f64,
+    pub mean_abs_coefficient: f64,
+    /// Generators with a non-zero coefficient in at least one of the step's encoder samples.
+    pub generators_used: usize,
+    /// ||Psi_m||_F per generator.
+    pub generator_norms: Vec<f64>,
+    /// [min, max] of the encoder's scales s.
+    pub encoder_scale_range: [f64; 2],
+    /// [min, max] of the encoder's locations mu.
+    pub encoder_loc_range: [f64; 2],
+    /// [min, max] of the prior's scales (the prior of this iteration, warm-up included).
+    pub prior_scale_range: [f64; 2],
+    /// [min, max] of the prior's locations.
+    pub prior_loc_range: [f64; 2],
+}
+
+impl ManifoldDiagnostics {
+    /// The figures of encoder samples `coefficients` ([N, M]), the encoder's and prior's
+    /// parameters and the generators.
+    fn read<B: Backend>(
+        coefficients: Tensor<B, 2>,
+        posterior: &LaplaceParams<B>,
+        prior: &LaplaceParams<B>,
+        norms: Tensor<B, 1>,
+    ) -> Result<Self> {
+        let [n, m] = coefficients.dims();
+        let parts = [
+            coefficients,
+            posterior.log_scale.clone(),
+            posterior.loc.clone(),
+            prior.log_scale.clone(),
+            prior.loc.clone(),
+        ];
+        let flat: Vec<Tensor<B, 1>> = parts
+            .into_iter()
+            .map(|t| t.detach().reshape([n * m]))
+            .chain([norms.detach()])
+            .collect();
+        let values = Tensor::cat(flat, 0)
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .map_err(|e| ClrError::invalid("coefficients", format!("{e:?}"), "readable floats"))?;
+        let mut chunks = values.chunks(n * m);
+        let mut next = || chunks.next().unwrap_or_default();
+        let (c, enc_log_s, enc_loc, prior_log_s, prior_loc) =
+            (next(), next(), next(), next(), next());
+        let norms = &values[5 * n * m..];
+        let nonzero: Vec<f64> = c
+            .iter()
+            .filter(|v| **v != 0.0)
+            .map(|v| f64::from(v.abs()))
+            .collect();
+        let used = (0..m)
+            .filter(|&j| c.iter().skip(j).step_by(m).any(|v| *v != 0.0))
+            .count();
+        let range = |xs: &[f32], f: fn(f64) -> f64| {
+            xs.iter()
+                .fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &x| {
+                    let x = f(f64::from(x));
+                    [lo.min(x), hi.max(x)]
+                })
+        };
+        let id = |x: f64| x;
+        Ok(Self {
+            nonzero_per_sample: nonzero.len() as f64 / n.max(1) as f64,
+            mean_abs_coefficient: if nonzero.is_empty() {
+                0.0
+            } else {
+                nonzero.iter().sum::<f64>() / nonzero.len() as f64
+            },
+            generators_used: used,
+            generator_norms: norms.iter().map(|&v| f64::from(v)).collect(),
+            encoder_scale_range: range(enc_log_s, f64::exp),
+            encoder_loc_range: range(enc_loc, id),
+            prior_scale_range: range(prior_log_s, f64::exp),
+            prior_loc_range: range(prior_loc, id),
+        })
+    }
 }
 
 /// The VLGO step on (z0, z1) at `iteration`: z0 moved by a prior sample (the anchor of the
@@ -194,21 +279,16 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
     let streams = NoiseStreams::new(seed);
     let step = vlgo.step(z0.clone(), z1.clone(), &streams, iteration)?;
     let di = distance_improvement(z0.clone(), z1, step.transported.clone().detach())?;
-    let values = step
-        .coefficients
-        .clone()
-        .detach()
-        .into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .map_err(|e| ClrError::invalid("coefficients", format!("{e:?}"), "readable floats"))?;
+    // The learned prior of this iteration: it draws the augmentation (unless S2 or S4) and its
+    // ranges are logged either way.
+    let prior = vlgo.prior_at(z0.clone(), iteration)?;
+    let diagnostics = ManifoldDiagnostics::read(
+        step.coefficients.clone(),
+        &step.posterior,
+        &prior,
+        vlgo.operators.generator_norms(),
+    )?;
     let n = z0.dims()[0].max(1) as f64;
-    let nonzero: Vec<f32> = values.iter().copied().filter(|v| *v != 0.0).collect();
-    let mean_abs = if nonzero.is_empty() {
-        0.0
-    } else {
-        nonzero.iter().map(|v| f64::from(v.abs())).sum::<f64>() / nonzero.len() as f64
-    };
     let mut loss = step.manifold_loss.clone() * lambda + step.kl.clone() * vlgo.beta;
     if config.shift_l2 > 0.0 {
         let mu = step.posterior.loc.clone();
@@ -221,7 +301,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         let prior = if config.fixed_prior_augmentation {
             vlgo.fixed_params(&z0)
         } else {
-            vlgo.prior_at(z0.clone(), iteration)?
+            prior
         };
         let [rows, m] = prior.dims();
         let u = streams.uniform_centered(iteration, AUGMENT_STREAM, rows * m);
@@ -236,8 +316,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
             kl: step.kl,
             loss,
             distance_improvement: di,
-            nonzero_per_sample: nonzero.len() as f64 / n,
-            mean_abs_nonzero: mean_abs,
+            diagnostics,
         },
     ))
 }

@@ -23,6 +23,8 @@ use vlgo_core::layers::LayerBackend;
 
 use crate::clip::clip_global_norm;
 use crate::error::{ClrError, Result};
+use crate::eval::spectrum;
+use crate::manifold::ManifoldDiagnostics;
 use crate::method::{ContrastiveConfig, ContrastiveModel};
 use crate::schedule::WarmupCosine;
 
@@ -85,6 +87,14 @@ pub struct PretrainConfig {
     /// The coefficient encoder's and learned prior's group (methods with operators).
     #[serde(default = "GroupConfig::variational")]
     pub variational: GroupConfig,
+    /// Steps between two logs of the batch features' spectrum and norm (0: never). Each costs
+    /// a d x d eigenvalue problem on the host: cheap at d = 128, a few tenths of a second at 512.
+    #[serde(default = "default_spectrum_every")]
+    pub spectrum_every: usize,
+}
+
+fn default_spectrum_every() -> usize {
+    10
 }
 
 impl PretrainConfig {
@@ -150,7 +160,7 @@ pub trait ViewSource: Sync {
 }
 
 /// One optimisation step's figures.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepLog {
     /// Steps done, this one included.
     pub step: usize,
@@ -164,13 +174,57 @@ pub struct StepLog {
     pub grad_norm: f64,
     /// Images (pairs of views) per second over the step, data included.
     pub images_per_second: f64,
+    /// The batch features' norm and spectrum (every `spectrum_every` steps).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub features: Option<FeatureLog>,
     /// The manifold figures of the step (methods with operators).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub manifold: Option<ManifoldLog>,
 }
 
-/// A step's manifold terms and diagnostics, as logged.
+/// The backbone features of a step's batch (both views): size and spread.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FeatureLog {
+    /// Mean Euclidean norm of a feature vector.
+    pub feature_norm: f64,
+    /// exp(feature_entropy): the effective rank of the batch's features.
+    pub effective_rank: f64,
+    /// Entropy of the normalised singular values (what the paper's Table 7 reports).
+    pub feature_entropy: f64,
+    /// ||Z||_F^2 / ||Z||_2^2.
+    pub stable_rank: f64,
+}
+
+impl FeatureLog {
+    /// The figures of a [rows, dim] feature batch.
+    pub fn of<B: Backend>(features: Tensor<B, 2>) -> Result<Self> {
+        let [rows, dim] = features.dims();
+        let values = features
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .map_err(|e| ClrError::invalid("features", format!("{e:?}"), "readable floats"))?;
+        let s = spectrum(&values, dim)?;
+        let norms: f64 = values
+            .chunks_exact(dim)
+            .map(|r| {
+                r.iter()
+                    .map(|&v| f64::from(v) * f64::from(v))
+                    .sum::<f64>()
+                    .sqrt()
+            })
+            .sum();
+        Ok(Self {
+            feature_norm: norms / rows.max(1) as f64,
+            effective_rank: s.effective_rank,
+            feature_entropy: s.entropy,
+            stable_rank: s.stable_rank,
+        })
+    }
+}
+
+/// A step's manifold terms and diagnostics, as logged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ManifoldLog {
     /// L_m.
     pub loss_manifold: f64,
@@ -178,10 +232,9 @@ pub struct ManifoldLog {
     pub kl: f64,
     /// Distance improvement (< 1: the operators move z0 toward z1).
     pub distance_improvement: f64,
-    /// Non-zero coefficients per sample.
-    pub nonzero_per_sample: f64,
-    /// Mean |c| over the non-zero coefficients.
-    pub mean_abs_coefficient: f64,
+    /// Coefficients, generators, encoder and prior ranges.
+    #[serde(flatten)]
+    pub diagnostics: ManifoldDiagnostics,
     /// The operators' global gradient norm before clipping.
     pub operators_grad_norm: f64,
     /// The encoder's and prior's global gradient norm before clipping.
@@ -391,14 +444,18 @@ impl<B: TrainBackend> Pretrainer<B> {
                         loss_manifold: m.loss_manifold.clone().into_scalar().to_f64(),
                         kl: m.kl.clone().into_scalar().to_f64(),
                         distance_improvement: m.distance_improvement,
-                        nonzero_per_sample: m.nonzero_per_sample,
-                        mean_abs_coefficient: m.mean_abs_nonzero,
+                        diagnostics: m.diagnostics.clone(),
                         operators_grad_norm: o,
                         variational_grad_norm: v,
                     }),
                     _ => None,
                 };
                 let loss_nce = out.loss_nce.into_scalar().to_f64();
+                let features = match c.spectrum_every {
+                    0 => None,
+                    k if !step.is_multiple_of(k) => None,
+                    _ => Some(FeatureLog::of(out.features.detach())?),
+                };
                 let model = self.model.clone();
                 let model = self.opt_backbone.step(lr, model, g_backbone);
                 let mut model = self.opt_head.step(s_head.lr(step), model, g_head);
@@ -417,6 +474,7 @@ impl<B: TrainBackend> Pretrainer<B> {
                     lr,
                     grad_norm,
                     images_per_second: n as f64 / t.elapsed().as_secs_f64(),
+                    features,
                     manifold,
                 })?;
             }

@@ -463,6 +463,7 @@ fn tiny_run_of(method: Method) -> manifoldclr::PretrainConfig {
         },
         operators: manifoldclr::GroupConfig::operators(),
         variational: manifoldclr::GroupConfig::variational(),
+        spectrum_every: 1,
     }
 }
 
@@ -641,8 +642,21 @@ fn manifold_methods_add_their_terms_and_train_operators_encoder_and_prior() {
         );
         assert!(m.distance_improvement.is_finite() && m.distance_improvement > 0.0);
         // Plain Laplace samples: every coefficient is non-zero.
-        assert_eq!(m.nonzero_per_sample, 3.0, "{method}");
-        assert!(m.mean_abs_nonzero > 0.0);
+        let d = &m.diagnostics;
+        assert_eq!(d.nonzero_per_sample, 3.0, "{method}");
+        assert!(d.mean_abs_coefficient > 0.0);
+        assert_eq!(d.generators_used, 3, "{method}");
+        assert_eq!(d.generator_norms.len(), 3);
+        assert!(d.generator_norms.iter().all(|n| *n > 0.0));
+        for [lo, hi] in [d.encoder_scale_range, d.prior_scale_range] {
+            assert!(
+                lo > 0.0 && lo <= hi && hi.is_finite(),
+                "{method}: {lo} {hi}"
+            );
+        }
+        for [lo, hi] in [d.encoder_loc_range, d.prior_loc_range] {
+            assert!(lo <= hi && lo.is_finite() && hi.is_finite(), "{method}");
+        }
         let grads = step.loss.backward();
         let vlgo = model.vlgo.as_ref().unwrap();
         assert!(
@@ -719,6 +733,23 @@ fn the_ablations_switch_off_what_they_name() {
         let prior = model.vlgo.as_ref().unwrap().prior.as_ref().unwrap();
         assert_eq!(grad_mass(prior, &grads) > 0.0, moves, "S4 = {fixed}");
     }
+    // A threshold far above every scale zeroes every coefficient: no generator is used.
+    let silent = manifoldclr::ManifoldConfig {
+        threshold: 10.0,
+        ..base.clone()
+    };
+    let step = manifold_model(Method::ManifoldClr, silent)
+        .step(v0.clone(), v1.clone(), 1)
+        .unwrap();
+    let d = step.manifold.unwrap().diagnostics;
+    assert_eq!(
+        (
+            d.generators_used,
+            d.nonzero_per_sample,
+            d.mean_abs_coefficient
+        ),
+        (0, 0.0, 0.0)
+    );
     // ManifoldMixupCLR: no operators, another anchor than SimCLR-None's.
     let mix = manifold_model(Method::ManifoldMixupClr, base.clone());
     assert!(mix.vlgo.is_none());
