@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::diagnostics::Diagnostic;
 use crate::error::{CliError, Result};
 use crate::pretrain::ImageRunConfig;
 use crate::swiss_roll::SwissRollConfig;
@@ -15,6 +16,10 @@ commands:
   pretrain     contrastive pre-training of a ResNet-18 on images, then its evaluation
   probe        linear probe of a pre-trained run's frozen features (updates its summary.json)
   knn          kNN evaluation of a pre-trained run (updates its summary.json)
+  identity     ManifoldCLR runs: probe accuracy on clean and prior-moved test features
+  coefficients ManifoldCLR runs: per-class mean |c| of prior samples (a heat map)
+  neighbours   ManifoldCLR runs: prior samples shown as their nearest training images
+  paths        ManifoldCLR runs: paths expm(t Psi_m) z of the largest generators
   demo         a tour of the core API: operators, transport, gradients
 
 swiss-roll options:
@@ -35,9 +40,10 @@ pretrain options:
   --resume           continue the run folder's checkpoint (--out names it)
   --set KEY=VALUE    any setting of the config (repeatable), e.g. --set pretrain.epochs=2
 
-probe / knn options:
+probe / knn / identity / coefficients / neighbours / paths options:
   --run DIR          the run folder of a pre-training run; the settings are those of
-                     its config.toml ([probe], knn_k, baselines), which may be edited
+                     its config.toml ([probe], knn_k, baselines, [diagnostics]), which
+                     may be edited; results are written into the run folder
 
   -h, --help         this text";
 
@@ -73,6 +79,13 @@ pub enum Command {
         /// Probe (true) or kNN (false).
         probe: bool,
     },
+    /// A ManifoldCLR diagnostic of a run.
+    Diagnose {
+        /// The run folder.
+        run: PathBuf,
+        /// Which one.
+        what: Diagnostic,
+    },
 }
 
 fn value<'a>(flag: &str, it: &mut impl Iterator<Item = &'a String>) -> Result<&'a String> {
@@ -106,24 +119,33 @@ pub fn parse(args: &[String]) -> Result<Command> {
         )),
         "swiss-roll" => parse_swiss_roll(rest),
         "pretrain" => parse_pretrain(rest),
-        "probe" | "knn" => {
-            let mut it = rest.iter();
-            match (it.next().map(String::as_str), it.next(), it.next()) {
-                (Some("--run"), Some(run), None) => Ok(Command::Evaluate {
-                    run: PathBuf::from(run),
-                    probe: command == "probe",
-                }),
-                _ => Err(CliError::invalid(
-                    format!("{command} arguments"),
-                    format!("{:?}", rest.join(" ")),
-                    "expected --run DIR",
-                )),
-            }
-        }
-        other => Err(CliError::invalid(
-            "command",
-            format!("{other:?}"),
-            "expected swiss-roll, pretrain, probe, knn or demo (see `vlgo --help`)",
+        "probe" | "knn" => Ok(Command::Evaluate {
+            run: run_folder(command, rest)?,
+            probe: command == "probe",
+        }),
+        other => match Diagnostic::parse(other) {
+            Some(what) => Ok(Command::Diagnose {
+                run: run_folder(command, rest)?,
+                what,
+            }),
+            None => Err(CliError::invalid(
+                "command",
+                format!("{other:?}"),
+                "expected swiss-roll, pretrain, probe, knn, identity, coefficients, \
+                 neighbours, paths or demo (see `vlgo --help`)",
+            )),
+        },
+    }
+}
+
+/// `--run DIR`, the only arguments of the commands on a run folder.
+fn run_folder(command: &str, rest: &[String]) -> Result<PathBuf> {
+    match rest {
+        [flag, run] if flag == "--run" => Ok(PathBuf::from(run)),
+        _ => Err(CliError::invalid(
+            format!("{command} arguments"),
+            format!("{:?}", rest.join(" ")),
+            "expected --run DIR",
         )),
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod demo;
+pub mod diagnostics;
 pub mod error;
 pub mod plot;
 pub mod pretrain;

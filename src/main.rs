@@ -39,6 +39,12 @@ fn main() -> ExitCode {
             println!("run folder: {}", out.display());
             Ok(())
         }
+        Command::Diagnose { run, what } => {
+            let result = vlgo::diagnostics::run::<Autodiff<Cpu>>(&run, what, &Default::default())?;
+            println!("{}", serde_json::to_string_pretty(&result).expect("json"));
+            println!("written into {}", run.display());
+            Ok(())
+        }
         Command::Evaluate { run, probe } => {
             let summary =
                 vlgo::pretrain::evaluate_run::<Autodiff<Cpu>>(&run, probe, &Default::default())?;

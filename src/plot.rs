@@ -210,3 +210,233 @@ pub fn paths_3d(
         .map_err(|e| err(e.to_string()))?;
     root.present().map_err(|e| err(e.to_string()))
 }
+
+/// A colour for `v` in [0, 1]: dark violet through teal to yellow (a viridis-like ramp that
+/// stays readable in grey).
+fn ramp(v: f64) -> RGBColor {
+    const STOPS: [(f64, f64, f64); 3] = [
+        (68.0, 1.0, 84.0),
+        (33.0, 145.0, 140.0),
+        (253.0, 231.0, 37.0),
+    ];
+    let v = if v.is_finite() {
+        v.clamp(0.0, 1.0)
+    } else {
+        0.0
+    } * 2.0;
+    let (i, f) = ((v.floor() as usize).min(1), v - v.floor().min(1.0));
+    let (a, b) = (STOPS[i], STOPS[i + 1]);
+    let mix = |x: f64, y: f64| (x + (y - x) * f).round() as u8;
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+/// A heat map of `values` (one row per label of `rows`, one column per index), coloured from 0
+/// to the largest value, which the title states.
+pub fn heat_map(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    rows: &[String],
+    values: &[Vec<f64>],
+) -> Result<()> {
+    ensure_font();
+    let err = plot_error(path);
+    let cols = values.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let top = values
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
+    let n = rows.len().max(1);
+    let height = (140 + 36 * rows.len()).max(400) as u32;
+    let root = BitMapBackend::new(path, (1000, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{title} (yellow = {top:.4})"), ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(140)
+        // A segmented 0..n has a segment for n too: the last cell index is the end.
+        .build_cartesian_2d((0..cols - 1).into_segmented(), (0..n - 1).into_segmented())
+        .map_err(|e| err(e.to_string()))?;
+    // The first row at the top.
+    let name = |v: &SegmentValue<usize>| match v {
+        SegmentValue::CenterOf(i) if *i < n => rows.get(n - 1 - i).cloned().unwrap_or_default(),
+        _ => String::new(),
+    };
+    let index = |v: &SegmentValue<usize>| match v {
+        SegmentValue::CenterOf(i) => i.to_string(),
+        _ => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(x_label)
+        .x_labels(cols)
+        .y_labels(rows.len())
+        .x_label_formatter(&index)
+        .y_label_formatter(&name)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    let cells = values.iter().enumerate().flat_map(|(r, row)| {
+        row.iter().enumerate().map(move |(c, &v)| {
+            let colour = ramp(if top > 0.0 { v / top } else { 0.0 });
+            Rectangle::new(
+                [
+                    (SegmentValue::Exact(c), SegmentValue::Exact(n - 1 - r)),
+                    (SegmentValue::Exact(c + 1), SegmentValue::Exact(n - r)),
+                ],
+                colour.filled(),
+            )
+        })
+    });
+    chart.draw_series(cells).map_err(|e| err(e.to_string()))?;
+    root.present().map_err(|e| err(e.to_string()))
+}
+
+/// An image's bytes: `channels` planes of `height` x `width`, row-major.
+#[derive(Debug, Clone, Copy)]
+pub struct Picture<'a> {
+    /// 1 (grey) or 3 (RGB).
+    pub channels: usize,
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// `channels * height * width` bytes.
+    pub pixels: &'a [u8],
+}
+
+/// Rows of pictures under a title, a title above each column, each picture enlarged to about
+/// 84 pixels.
+pub fn image_grid(
+    path: &Path,
+    title: &str,
+    column_titles: &[String],
+    rows: &[Vec<Picture>],
+) -> Result<()> {
+    ensure_font();
+    let err = plot_error(path);
+    let side = rows
+        .iter()
+        .flatten()
+        .map(|p| p.height.max(p.width))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let scale = (84 / side).max(1);
+    let (cell, head) = (side * scale + 10, 64);
+    let cols = rows
+        .iter()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0)
+        .max(column_titles.len())
+        .max(1);
+    let size = (
+        (cols * cell + 20).max(600) as u32,
+        (head + rows.len() * cell + 10) as u32,
+    );
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let text = |s: &str, x: usize, y: usize, px: u32| {
+        root.draw(&Text::new(
+            s.to_string(),
+            (x as i32, y as i32),
+            ("sans-serif", px).into_font(),
+        ))
+        .map_err(|e| err(e.to_string()))
+    };
+    text(title, 10, 8, 18)?;
+    for (c, t) in column_titles.iter().enumerate() {
+        text(t, 10 + c * cell, 38, 13)?;
+    }
+    for (r, row) in rows.iter().enumerate() {
+        for (c, p) in row.iter().enumerate() {
+            let (x0, y0) = (10 + c * cell, head + r * cell);
+            let plane = p.height * p.width;
+            for y in 0..p.height {
+                for x in 0..p.width {
+                    let at =
+                        |ch: usize| p.pixels[(ch.min(p.channels - 1)) * plane + y * p.width + x];
+                    let colour = RGBColor(at(0), at(1), at(2));
+                    let (px, py) = ((x0 + x * scale) as i32, (y0 + y * scale) as i32);
+                    root.draw(&Rectangle::new(
+                        [(px, py), (px + scale as i32, py + scale as i32)],
+                        colour.filled(),
+                    ))
+                    .map_err(|e| err(e.to_string()))?;
+                }
+            }
+        }
+    }
+    root.present().map_err(|e| err(e.to_string()))
+}
+
+/// One panel of [`panels_2d`]: lines of 2-D points, each marked at its middle point.
+pub struct Panel {
+    /// Caption.
+    pub title: String,
+    /// The lines.
+    pub lines: Vec<Vec<(f64, f64)>>,
+}
+
+/// Panels side by side (two per row) under one title.
+pub fn panels_2d(path: &Path, title: &str, panels: &[Panel]) -> Result<()> {
+    ensure_font();
+    let err = plot_error(path);
+    let cols = panels.len().clamp(1, 2);
+    let rows = panels.len().div_ceil(cols).max(1);
+    let root =
+        BitMapBackend::new(path, (500 * cols as u32, 60 + 460 * rows as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let root = root
+        .titled(title, ("sans-serif", 18))
+        .map_err(|e| err(e.to_string()))?;
+    for (area, panel) in root.split_evenly((rows, cols)).iter().zip(panels) {
+        let finite = |p: &&(f64, f64)| p.0.is_finite() && p.1.is_finite();
+        let all: Vec<(f64, f64)> = panel
+            .lines
+            .iter()
+            .flatten()
+            .filter(finite)
+            .copied()
+            .collect();
+        let span = |f: fn(&(f64, f64)) -> f64| {
+            let lo = all.iter().map(f).fold(f64::INFINITY, f64::min);
+            let hi = all.iter().map(f).fold(f64::NEG_INFINITY, f64::max);
+            let pad = ((hi - lo) * 0.08).max(1e-9);
+            if lo.is_finite() {
+                (lo - pad)..(hi + pad)
+            } else {
+                -1.0..1.0
+            }
+        };
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(span(|p| p.0), span(|p| p.1))
+            .map_err(|e| err(e.to_string()))?;
+        chart
+            .configure_mesh()
+            .x_labels(5)
+            .y_labels(5)
+            .draw()
+            .map_err(|e| err(e.to_string()))?;
+        for (i, line) in panel.lines.iter().enumerate() {
+            let style = colour(i + 1).stroke_width(2);
+            chart
+                .draw_series(LineSeries::new(line.iter().filter(finite).copied(), style))
+                .map_err(|e| err(e.to_string()))?;
+            if let Some(&mid) = line.get(line.len() / 2).filter(|p| finite(p)) {
+                chart
+                    .draw_series([Circle::new(mid, 4, colour(i + 1).filled())])
+                    .map_err(|e| err(e.to_string()))?;
+            }
+        }
+    }
+    root.present().map_err(|e| err(e.to_string()))
+}

@@ -72,12 +72,33 @@ impl RunFolder {
         fs::write(&path, text).map_err(CliError::io(path))
     }
 
-    /// Writes `value` as pretty JSON.
+    /// Writes `value` as pretty JSON, through a temporary file renamed over the old one, so an
+    /// interrupted write leaves the previous file whole.
     pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
         let path = self.path.join(name);
         let text = serde_json::to_string_pretty(value)
             .map_err(|e| CliError::invalid(name, "an unserialisable value", e))?;
-        fs::write(&path, text + "\n").map_err(CliError::io(path))
+        let tmp = self.path.join(format!(".{name}.tmp"));
+        fs::write(&tmp, text + "\n").map_err(CliError::io(&tmp))?;
+        fs::rename(&tmp, &path).map_err(CliError::io(path))
+    }
+
+    /// `summary.json` as it stands (an empty object when there is none yet).
+    pub fn summary(&self) -> Result<serde_json::Value> {
+        let path = self.path.join("summary.json");
+        match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                CliError::invalid("summary.json", path.display(), format!("valid JSON: {e}"))
+            }),
+            Err(_) => Ok(serde_json::json!({})),
+        }
+    }
+
+    /// Sets `key` of `summary.json` to `value`, keeping everything else in it.
+    pub fn update_summary(&self, key: &str, value: &serde_json::Value) -> Result<()> {
+        let mut summary = self.summary()?;
+        summary[key] = value.clone();
+        self.write_json("summary.json", &summary)
     }
 
     /// Creates a JSON-lines file for writing one object per line.

@@ -55,6 +55,7 @@ fn bad_arguments_are_clear_errors() {
     );
     rejected(&["swiss-roll", "--set", "zeta=-1"], &["zeta", "-1"]);
     rejected(&["swiss-roll", "--out"], &["--out", "expected a value"]);
+    rejected(&["paths", "runs/x"], &["paths arguments", "--run DIR"]);
 }
 
 fn summary_figures(dir: &Path) -> Value {
@@ -330,6 +331,11 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
         &run_s,
     ]);
     assert_eq!(out.status.code(), Some(2));
+    // A run without operators has nothing for the ManifoldCLR diagnostics.
+    rejected(
+        &["identity", "--run", &run_s],
+        &["simclr-mlp", "a method with operators"],
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -414,7 +420,101 @@ fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     assert!(summary.pointer("/linear_probe/top1").is_some());
+
+    // Each diagnostic runs on the run folder and writes its files there.
+    for (command, files) in [
+        ("identity", &["identity.json"][..]),
+        (
+            "coefficients",
+            &["coefficients.json", "plots/coefficients.png"],
+        ),
+        ("neighbours", &["neighbours.json", "plots/neighbours.png"]),
+        ("paths", &["paths.json", "plots/paths.png"]),
+    ] {
+        let out = vlgo(&[command, "--run", &run_s]);
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for file in files {
+            let len = std::fs::metadata(run.join(file)).map(|m| m.len()).ok();
+            assert!(len.is_some_and(|l| l > 100), "{command}: {file} {len:?}");
+        }
+    }
+    let read = |name: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(run.join(name)).unwrap()).unwrap()
+    };
+    let identity = read("identity.json");
+    for key in ["clean", "learned_prior", "fixed_prior", "random_same_norm"] {
+        let top1 = identity[key]["top1"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&top1), "{key}: {top1}");
+    }
+    // The random perturbation moves each feature exactly as far as the learned prior does.
+    let (learned, random) = (
+        identity["learned_prior"]["mean_displacement"]
+            .as_f64()
+            .unwrap(),
+        identity["random_same_norm"]["mean_displacement"]
+            .as_f64()
+            .unwrap(),
+    );
+    assert!(
+        learned > 0.0 && (learned - random).abs() <= 1e-3 * learned,
+        "{learned} {random}"
+    );
+    assert_eq!(read("summary.json")["identity"], identity);
+    // The same probe scores the clean features in `identity` as in `probe` (same seed).
+    assert_eq!(identity["clean"], summary["linear_probe"]);
+    let coefficients = read("coefficients.json");
+    assert_eq!(coefficients["mean_abs"].as_array().unwrap().len(), 10);
+    assert_eq!(coefficients["mean_abs"][0].as_array().unwrap().len(), 3);
+    let neighbours = read("neighbours.json");
+    let images = neighbours["images"].as_array().unwrap();
+    assert_eq!(images.len(), 6);
+    assert_eq!(images[0]["samples"].as_array().unwrap().len(), 6);
+    let paths = read("paths.json");
+    let generators = paths["generators"].as_array().unwrap();
+    assert_eq!(generators.len(), 3, "M = 3 generators, at most 4 drawn");
+    let norms: Vec<f64> = generators
+        .iter()
+        .map(|g| g["norm"].as_f64().unwrap())
+        .collect();
+    assert!(
+        norms.windows(2).all(|w| w[0] >= w[1]),
+        "largest first: {norms:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn diagnostic_helpers_compute_what_they_say() {
+    use vlgo::diagnostics::{
+        coefficients::class_means, neighbours::nearest, paths::principal_plane,
+    };
+    // A circle in the plane of e1 and e3 of R^4: the plane holds all of it.
+    let moves: Vec<f64> = (0..16)
+        .flat_map(|i| {
+            let a = i as f64 * std::f64::consts::PI / 8.0;
+            [a.cos() - 1.0, 0.0, a.sin(), 0.0]
+        })
+        .collect();
+    let (points, share) = principal_plane(&moves, 4);
+    assert!((share - 1.0).abs() < 1e-9, "{share}");
+    for (p, m) in points.iter().zip(moves.chunks(4)) {
+        let (r2, want) = (p.0 * p.0 + p.1 * p.1, m[0] * m[0] + m[2] * m[2]);
+        assert!((r2 - want).abs() < 1e-9, "lengths are kept: {r2} vs {want}");
+    }
+    // Class 0 rows (1, 0) and (3, 0); class 1 row (0, -2).
+    let [mean_abs, nonzero] = class_means(&[1.0, 0.0, 3.0, 0.0, 0.0, -2.0], 2, &[0, 0, 1], 2);
+    assert_eq!(mean_abs, vec![vec![2.0, 0.0], vec![0.0, 2.0]]);
+    assert_eq!(nonzero, vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
+    let bank =
+        manifoldclr::Features::new(vec![0.0, 0.0, 5.0, 5.0, 1.0, 1.0], 2, vec![0, 1, 2]).unwrap();
+    let (index, d2) = nearest(&bank, &[1.2, 0.9]);
+    assert_eq!(index, 2);
+    assert!((d2 - 0.05).abs() < 1e-6, "{d2}");
+    assert_eq!(nearest(&bank, &[4.0, 6.0]).0, 1);
 }
 
 /// STL-10 pre-trains on its labeled split followed by the unlabeled file: 6 + 10 images in

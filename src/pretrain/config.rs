@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use manifoldclr::{PretrainConfig, ProbeConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::diagnostics::DiagnosticsConfig;
 use crate::error::{CliError, Result};
 
 /// The data sets `vlgo pretrain` reads.
@@ -42,6 +43,9 @@ pub struct ImageRunConfig {
     pub eval_batch: usize,
     /// Also probe raw pixels and the randomly initialised backbone.
     pub baselines: bool,
+    /// Settings of `vlgo identity | coefficients | neighbours | paths`.
+    #[serde(default)]
+    pub diagnostics: DiagnosticsConfig,
 }
 
 impl ImageRunConfig {
@@ -67,6 +71,7 @@ impl ImageRunConfig {
             ));
         }
         self.pretrain.validate()?;
+        self.diagnostics.validate()?;
         for (name, v) in [
             ("image_size", self.image_size),
             ("knn_k", self.knn_k),

@@ -144,6 +144,22 @@ pub fn subset(set: &ImageSet, n: usize) -> ImageSet {
     }
 }
 
+/// The images of `set` at `indices`, in that order.
+pub fn pick(set: &ImageSet, indices: &[usize]) -> ImageSet {
+    let size = set.image_size();
+    ImageSet {
+        channels: set.channels,
+        height: set.height,
+        width: set.width,
+        pixels: indices
+            .iter()
+            .flat_map(|&i| set.pixels[i * size..(i + 1) * size].iter().copied())
+            .collect(),
+        labels: indices.iter().map(|&i| set.labels[i]).collect(),
+        classes: set.classes.clone(),
+    }
+}
+
 /// Keyed SimCLR views of a training set, followed by extra images read as they are needed.
 pub struct AugmentedViews<'a> {
     /// The images.

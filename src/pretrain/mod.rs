@@ -71,7 +71,7 @@ fn to_clr(e: CliError) -> manifoldclr::ClrError {
 }
 
 /// Features of every image of `set` under the evaluation transform.
-fn embed<B: LayerBackend>(
+pub(crate) fn embed<B: LayerBackend>(
     backbone: &ResNet18<B>,
     set: &vlgo_datasets::ImageSet,
     data: &ImageData,
@@ -322,13 +322,8 @@ pub fn evaluate_run<B: TrainBackend>(
         ));
     }
     let trainer = Pretrainer::<B>::resume(config.pretrain.clone(), &checkpoints, device)?;
-    let path = run.join("summary.json");
-    let mut summary: serde_json::Value = match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text).map_err(|e| {
-            CliError::invalid("summary.json", path.display(), format!("valid JSON: {e}"))
-        })?,
-        Err(_) => json!({}),
-    };
+    let folder = RunFolder::existing(run)?;
+    let mut summary = folder.summary()?;
     let which = [!probe, probe];
     evaluate::<B>(
         &trainer.eval_backbone(),
@@ -343,7 +338,7 @@ pub fn evaluate_run<B: TrainBackend>(
     if probe && config.baselines {
         baselines::<B>(&data, &config, &mut summary, device)?;
     }
-    RunFolder::existing(run)?.write_json("summary.json", &summary)?;
+    folder.write_json("summary.json", &summary)?;
     Ok(summary)
 }
 

@@ -315,7 +315,24 @@ pub fn linear_probe<B: AutodiffBackend>(
     config: &ProbeConfig,
     device: &B::Device,
 ) -> Result<Accuracy> {
-    if train.dim != test.dim || train.is_empty() || test.is_empty() || classes == 0 {
+    let mut each = linear_probe_each::<B>(train, &[test], classes, config, device)?;
+    Ok(each.remove(0))
+}
+
+/// Trains one linear layer on `train` and returns its accuracy on each of `tests` (the same
+/// probe scores clean and transformed test features alike).
+pub fn linear_probe_each<B: AutodiffBackend>(
+    train: &Features,
+    tests: &[&Features],
+    classes: usize,
+    config: &ProbeConfig,
+    device: &B::Device,
+) -> Result<Vec<Accuracy>> {
+    if let Some(test) = tests
+        .iter()
+        .find(|t| t.dim != train.dim || t.is_empty())
+        .or(tests.first().filter(|_| train.is_empty() || classes == 0))
+    {
         return Err(ClrError::invalid(
             "probe features",
             format!(
@@ -370,16 +387,19 @@ pub fn linear_probe<B: AutodiffBackend>(
         }
     }
     let layer = layer.valid();
-    let mut hits = (0, 0);
-    for start in (0..test.len()).step_by(config.batch_size) {
-        let n = config.batch_size.min(test.len() - start);
-        let logits = layer.forward(test.tensor::<B::InnerBackend>(start..start + n, device));
-        let h = accuracy(logits, &test.labels[start..start + n]);
-        hits = (hits.0 + h.0, hits.1 + h.1);
-    }
-    let pct = |h: usize| 100.0 * h as f64 / test.len() as f64;
-    Ok(Accuracy {
-        top1: pct(hits.0),
-        top5: pct(hits.1),
-    })
+    let score = |test: &Features| {
+        let mut hits = (0, 0);
+        for start in (0..test.len()).step_by(config.batch_size) {
+            let n = config.batch_size.min(test.len() - start);
+            let logits = layer.forward(test.tensor::<B::InnerBackend>(start..start + n, device));
+            let h = accuracy(logits, &test.labels[start..start + n]);
+            hits = (hits.0 + h.0, hits.1 + h.1);
+        }
+        let pct = |h: usize| 100.0 * h as f64 / test.len() as f64;
+        Accuracy {
+            top1: pct(hits.0),
+            top5: pct(hits.1),
+        }
+    };
+    Ok(tests.iter().map(|t| score(t)).collect())
 }

@@ -1,0 +1,73 @@
+//! `vlgo coefficients`: which generators the learned prior uses for which class: the mean |c| of
+//! one prior sample per test image, per class and generator, as `coefficients.json` and the
+//! heat map `plots/coefficients.png`.
+
+use manifoldclr::TrainBackend;
+use serde_json::{Value, json};
+
+use super::{ManifoldRun, PriorKind, host};
+use crate::error::Result;
+use crate::plot::heat_map;
+
+/// Noise stream of the draws.
+const STREAM: u64 = 3;
+
+/// Per class (rows) and generator (columns): mean |c| over that class's rows of `c` ([N, M]
+/// row-major, `labels` one per row), and the share of non-zero entries.
+pub fn class_means(c: &[f32], m: usize, labels: &[u16], classes: usize) -> [Vec<Vec<f64>>; 2] {
+    let mut sum = vec![vec![0.0; m]; classes];
+    let mut nonzero = vec![vec![0.0; m]; classes];
+    let mut count = vec![0usize; classes];
+    for (row, &label) in c.chunks_exact(m).zip(labels) {
+        let k = usize::from(label);
+        count[k] += 1;
+        for (j, &v) in row.iter().enumerate() {
+            sum[k][j] += f64::from(v.abs());
+            nonzero[k][j] += f64::from(u8::from(v != 0.0));
+        }
+    }
+    for (k, &n) in count.iter().enumerate() {
+        let n = n.max(1) as f64;
+        sum[k].iter_mut().for_each(|v| *v /= n);
+        nonzero[k].iter_mut().for_each(|v| *v /= n);
+    }
+    [sum, nonzero]
+}
+
+/// Writes `coefficients.json` and `plots/coefficients.png`; returns the JSON.
+pub fn coefficients<B: TrainBackend>(run: &ManifoldRun<B>) -> Result<Value> {
+    let test = &run.data.test;
+    eprintln!("coefficients: embedding {} images", test.len());
+    let features = run.embed(test)?;
+    let m = run.vlgo().operators.num_operators();
+    let mut c = Vec::with_capacity(features.len() * m);
+    for start in (0..features.len()).step_by(run.config.eval_batch) {
+        let end = (start + run.config.eval_batch).min(features.len());
+        let z = run.rows(&features, start..end);
+        c.extend(host(run.prior_sample(
+            z,
+            PriorKind::Learned,
+            start as u64,
+            STREAM,
+        )?)?);
+    }
+    let classes = &test.classes;
+    let [mean_abs, nonzero] = class_means(&c, m, &features.labels, classes.len());
+    let plot = run.folder.plots_dir()?.join("coefficients.png");
+    heat_map(
+        &plot,
+        "mean |c| of learned-prior samples, per test class",
+        "generator",
+        classes,
+        &mean_abs,
+    )?;
+    let result = json!({
+        "classes": classes,
+        "generators": m,
+        "mean_abs": mean_abs,
+        "nonzero_share": nonzero,
+        "plot": "plots/coefficients.png",
+    });
+    run.folder.write_json("coefficients.json", &result)?;
+    Ok(result)
+}
