@@ -20,6 +20,7 @@ commands:
   coefficients ManifoldCLR runs: per-class mean |c| of prior samples (a heat map)
   neighbours   ManifoldCLR runs: prior samples shown as their nearest training images
   paths        ManifoldCLR runs: paths expm(t Psi_m) z of the largest generators
+  compare      a markdown table of finished runs by method (mean and spread over seeds)
   demo         a tour of the core API: operators, transport, gradients
 
 swiss-roll options:
@@ -44,6 +45,9 @@ probe / knn / identity / coefficients / neighbours / paths options:
   --run DIR          the run folder of a pre-training run; the settings are those of
                      its config.toml ([probe], knn_k, baselines, [diagnostics]), which
                      may be edited; results are written into the run folder
+
+compare options:
+  --runs DIR...      run folders (all that follow), e.g. runs/fashion-mnist-*
 
   -h, --help         this text";
 
@@ -78,6 +82,11 @@ pub enum Command {
         run: PathBuf,
         /// Probe (true) or kNN (false).
         probe: bool,
+    },
+    /// The table of several runs.
+    Compare {
+        /// Their folders.
+        runs: Vec<PathBuf>,
     },
     /// A ManifoldCLR diagnostic of a run.
     Diagnose {
@@ -123,6 +132,16 @@ pub fn parse(args: &[String]) -> Result<Command> {
             run: run_folder(command, rest)?,
             probe: command == "probe",
         }),
+        "compare" => match rest.split_first() {
+            Some((flag, runs)) if flag == "--runs" && !runs.is_empty() => Ok(Command::Compare {
+                runs: runs.iter().map(PathBuf::from).collect(),
+            }),
+            _ => Err(CliError::invalid(
+                "compare arguments",
+                format!("{:?}", rest.join(" ")),
+                "expected --runs DIR [DIR ...]",
+            )),
+        },
         other => match Diagnostic::parse(other) {
             Some(what) => Ok(Command::Diagnose {
                 run: run_folder(command, rest)?,
@@ -132,7 +151,7 @@ pub fn parse(args: &[String]) -> Result<Command> {
                 "command",
                 format!("{other:?}"),
                 "expected swiss-roll, pretrain, probe, knn, identity, coefficients, \
-                 neighbours, paths or demo (see `vlgo --help`)",
+                 neighbours, paths, compare or demo (see `vlgo --help`)",
             )),
         },
     }

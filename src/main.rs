@@ -39,6 +39,10 @@ fn main() -> ExitCode {
             println!("run folder: {}", out.display());
             Ok(())
         }
+        Command::Compare { runs } => {
+            print!("{}", vlgo::compare::compare(&runs)?);
+            Ok(())
+        }
         Command::Diagnose { run, what } => {
             let result = vlgo::diagnostics::run::<Autodiff<Cpu>>(&run, what, &Default::default())?;
             println!("{}", serde_json::to_string_pretty(&result).expect("json"));

@@ -56,6 +56,7 @@ fn bad_arguments_are_clear_errors() {
     rejected(&["swiss-roll", "--set", "zeta=-1"], &["zeta", "-1"]);
     rejected(&["swiss-roll", "--out"], &["--out", "expected a value"]);
     rejected(&["paths", "runs/x"], &["paths arguments", "--run DIR"]);
+    rejected(&["compare", "--runs"], &["compare arguments", "--runs DIR"]);
 }
 
 fn summary_figures(dir: &Path) -> Value {
@@ -331,6 +332,19 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
         &run_s,
     ]);
     assert_eq!(out.status.code(), Some(2));
+    // compare: the run as a one-seed row of the table.
+    let out = vlgo(&["compare", "--runs", &run_s]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("| `simclr-mlp`"))
+        .expect("a row");
+    assert!(row.contains(&format!("{:.2} ± 0.00", top1)), "{row}");
     // A run without operators has nothing for the ManifoldCLR diagnostics.
     rejected(
         &["identity", "--run", &run_s],
@@ -485,6 +499,38 @@ fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
         "largest first: {norms:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn compare_tables_mean_and_spread_by_method() {
+    use vlgo::compare::{RunFigures, table};
+    let run = |method: &str, probe: f64, di: Option<f64>| RunFigures {
+        method: method.to_string(),
+        train_seconds: 100.0,
+        probe,
+        knn: probe - 1.0,
+        effective_rank: 40.0,
+        min_step_rank: Some(30.0 + probe / 100.0),
+        max_late_di: di,
+        di_below_one_from: di.map(|_| 7),
+    };
+    let text = table(&[
+        run("b", 80.0, Some(0.5)),
+        run("a", 70.0, None),
+        run("b", 82.0, Some(0.7)),
+        run("b", 84.0, Some(0.6)),
+    ]);
+    let rows: Vec<&str> = text.lines().skip(2).collect();
+    assert_eq!(rows.len(), 2);
+    // First appearance orders the rows; sample standard deviation of 80, 82, 84 is 2.
+    assert_eq!(
+        rows[0],
+        "| `b` | 3 | 100 | 82.00 ± 2.00 | 81.00 ± 2.00 | 40.0 | 30.8 | 0.700 | 7 |"
+    );
+    assert_eq!(
+        rows[1],
+        "| `a` | 1 | 100 | 70.00 ± 0.00 | 69.00 ± 0.00 | 40.0 | 30.7 | - | - |"
+    );
 }
 
 #[test]
