@@ -30,7 +30,8 @@ pub struct RunFigures {
     /// The largest distance improvement over the second half of training (methods with
     /// operators).
     pub max_late_di: Option<f64>,
-    /// The first step from which the distance improvement stays below 1.
+    /// The first step from which the distance improvement stays below 1 (None: it ends at 1 or
+    /// above, or was not logged).
     pub di_below_one_from: Option<u64>,
 }
 
@@ -66,7 +67,12 @@ pub fn figures(run: &Path) -> Result<RunFigures> {
         None => di_all.first().map(|(s, _)| *s),
     };
     Ok(RunFigures {
-        method: summary["method"].as_str().unwrap_or("?").to_string(),
+        method: summary["method"]
+            .as_str()
+            .ok_or_else(|| {
+                CliError::invalid("summary.json", run.display(), "a run's summary (no method)")
+            })?
+            .to_string(),
         train_seconds: number(&summary, "/train_seconds", run)?,
         probe: number(&summary, "/linear_probe/top1", run)?,
         knn: number(&summary, "/knn/top1", run)?,
@@ -114,13 +120,26 @@ pub fn table(runs: &[RunFigures]) -> String {
         let (e, _) = of(|r| r.effective_rank);
         let min_rank = g.iter().filter_map(|r| r.min_step_rank).reduce(f64::min);
         let max_di = g.iter().filter_map(|r| r.max_late_di).reduce(f64::max);
-        let from = g.iter().filter_map(|r| r.di_below_one_from).max();
+        // The latest seed's step, and only when every seed got there.
+        let from: Option<Vec<u64>> = g.iter().map(|r| r.di_below_one_from).collect();
+        let from = match from {
+            Some(steps) => steps
+                .into_iter()
+                .max()
+                .map_or("-".to_string(), |s| s.to_string()),
+            None if max_di.is_some() => format!(
+                "not for {} of {} seeds",
+                g.iter().filter(|r| r.di_below_one_from.is_none()).count(),
+                g.len()
+            ),
+            None => "-".to_string(),
+        };
         out += &format!(
             "| `{method}` | {} | {secs:.0} | {p:.2} ± {ps:.2} | {k:.2} ± {ks:.2} | {e:.1} | {} | {} | {} |\n",
             g.len(),
             opt(min_rank, 1),
             opt(max_di, 3),
-            from.map_or("-".to_string(), |s| s.to_string()),
+            from,
         );
     }
     out

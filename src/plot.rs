@@ -248,33 +248,39 @@ pub fn heat_map(
         .copied()
         .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max);
+    if values.len() != rows.len() {
+        return Err(err(format!(
+            "{} rows of values for {} row labels",
+            values.len(),
+            rows.len()
+        )));
+    }
     let n = rows.len().max(1);
     let height = (140 + 36 * rows.len()).max(400) as u32;
     let root = BitMapBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    // Cell (r, c) is the unit square centred on (c, n - 1 - r): the first row at the top, and
+    // the axes' integer ticks at the cell centres.
     let mut chart = ChartBuilder::on(&root)
         .caption(format!("{title} (yellow = {top:.4})"), ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(140)
-        // A segmented 0..n has a segment for n too: the last cell index is the end.
-        .build_cartesian_2d((0..cols - 1).into_segmented(), (0..n - 1).into_segmented())
+        .build_cartesian_2d(-0.5..cols as f64 - 0.5, -0.5..n as f64 - 0.5)
         .map_err(|e| err(e.to_string()))?;
-    // The first row at the top.
-    let name = |v: &SegmentValue<usize>| match v {
-        SegmentValue::CenterOf(i) if *i < n => rows.get(n - 1 - i).cloned().unwrap_or_default(),
-        _ => String::new(),
+    let whole = |v: f64| (v >= -0.25 && (v - v.round()).abs() < 1e-6).then(|| v.round() as usize);
+    let name = |y: &f64| {
+        whole(*y)
+            .and_then(|i| rows.get(n.checked_sub(i + 1)?).cloned())
+            .unwrap_or_default()
     };
-    let index = |v: &SegmentValue<usize>| match v {
-        SegmentValue::CenterOf(i) => i.to_string(),
-        _ => String::new(),
-    };
+    let index = |x: &f64| whole(*x).map_or(String::new(), |i| i.to_string());
     chart
         .configure_mesh()
         .disable_mesh()
         .x_desc(x_label)
         .x_labels(cols)
-        .y_labels(rows.len())
+        .y_labels(n)
         .x_label_formatter(&index)
         .y_label_formatter(&name)
         .draw()
@@ -282,13 +288,8 @@ pub fn heat_map(
     let cells = values.iter().enumerate().flat_map(|(r, row)| {
         row.iter().enumerate().map(move |(c, &v)| {
             let colour = ramp(if top > 0.0 { v / top } else { 0.0 });
-            Rectangle::new(
-                [
-                    (SegmentValue::Exact(c), SegmentValue::Exact(n - 1 - r)),
-                    (SegmentValue::Exact(c + 1), SegmentValue::Exact(n - r)),
-                ],
-                colour.filled(),
-            )
+            let (x, y) = (c as f64, (n - 1 - r) as f64);
+            Rectangle::new([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)], colour.filled())
         })
     });
     chart.draw_series(cells).map_err(|e| err(e.to_string()))?;
@@ -374,12 +375,14 @@ pub fn image_grid(
     root.present().map_err(|e| err(e.to_string()))
 }
 
-/// One panel of [`panels_2d`]: lines of 2-D points, each marked at its middle point.
+/// One panel of [`panels_2d`]: lines of 2-D points and one marked point.
 pub struct Panel {
     /// Caption.
     pub title: String,
     /// The lines.
     pub lines: Vec<Vec<(f64, f64)>>,
+    /// A point drawn as a black dot (e.g. where every line passes at t = 0).
+    pub mark: (f64, f64),
 }
 
 /// Panels side by side (two per row) under one title.
@@ -431,12 +434,10 @@ pub fn panels_2d(path: &Path, title: &str, panels: &[Panel]) -> Result<()> {
             chart
                 .draw_series(LineSeries::new(line.iter().filter(finite).copied(), style))
                 .map_err(|e| err(e.to_string()))?;
-            if let Some(&mid) = line.get(line.len() / 2).filter(|p| finite(p)) {
-                chart
-                    .draw_series([Circle::new(mid, 4, colour(i + 1).filled())])
-                    .map_err(|e| err(e.to_string()))?;
-            }
         }
+        chart
+            .draw_series([Circle::new(panel.mark, 4, BLACK.filled())])
+            .map_err(|e| err(e.to_string()))?;
     }
     root.present().map_err(|e| err(e.to_string()))
 }

@@ -86,11 +86,21 @@ impl RunFolder {
     /// `summary.json` as it stands (an empty object when there is none yet).
     pub fn summary(&self) -> Result<serde_json::Value> {
         let path = self.path.join("summary.json");
-        match fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| {
-                CliError::invalid("summary.json", path.display(), format!("valid JSON: {e}"))
-            }),
-            Err(_) => Ok(serde_json::json!({})),
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(serde_json::json!({})),
+            Err(e) => return Err(CliError::io(&path)(e)),
+        };
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            CliError::invalid("summary.json", path.display(), format!("valid JSON: {e}"))
+        })?;
+        match value.is_object() {
+            true => Ok(value),
+            false => Err(CliError::invalid(
+                "summary.json",
+                path.display(),
+                "a JSON object",
+            )),
         }
     }
 

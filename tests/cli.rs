@@ -545,22 +545,69 @@ fn diagnostic_helpers_compute_what_they_say() {
             [a.cos() - 1.0, 0.0, a.sin(), 0.0]
         })
         .collect();
-    let (points, share) = principal_plane(&moves, 4);
+    let (points, share) = principal_plane(&moves, 4).unwrap();
     assert!((share - 1.0).abs() < 1e-9, "{share}");
     for (p, m) in points.iter().zip(moves.chunks(4)) {
         let (r2, want) = (p.0 * p.0 + p.1 * p.1, m[0] * m[0] + m[2] * m[2]);
         assert!((r2 - want).abs() < 1e-9, "lengths are kept: {r2} vs {want}");
     }
     // Class 0 rows (1, 0) and (3, 0); class 1 row (0, -2).
-    let [mean_abs, nonzero] = class_means(&[1.0, 0.0, 3.0, 0.0, 0.0, -2.0], 2, &[0, 0, 1], 2);
-    assert_eq!(mean_abs, vec![vec![2.0, 0.0], vec![0.0, 2.0]]);
-    assert_eq!(nonzero, vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
+    // Class 2 has no rows.
+    let (mean_abs, nonzero, counts) =
+        class_means(&[1.0, 0.0, 3.0, 0.0, 0.0, -2.0], 2, &[0, 0, 1], 3).unwrap();
+    assert_eq!(
+        mean_abs,
+        vec![vec![2.0, 0.0], vec![0.0, 2.0], vec![0.0, 0.0]]
+    );
+    assert_eq!(
+        nonzero,
+        vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.0, 0.0]]
+    );
+    assert_eq!(counts, vec![2, 1, 0]);
+    assert!(
+        class_means(&[1.0, 2.0], 2, &[5], 3).is_err(),
+        "a label out of range"
+    );
+    assert!(principal_plane(&[f64::INFINITY, 0.0], 2).is_err());
     let bank =
         manifoldclr::Features::new(vec![0.0, 0.0, 5.0, 5.0, 1.0, 1.0], 2, vec![0, 1, 2]).unwrap();
-    let (index, d2) = nearest(&bank, &[1.2, 0.9]);
+    let (index, d2) = nearest(&bank, &[1.2, 0.9]).unwrap();
     assert_eq!(index, 2);
     assert!((d2 - 0.05).abs() < 1e-6, "{d2}");
-    assert_eq!(nearest(&bank, &[4.0, 6.0]).0, 1);
+    assert_eq!(nearest(&bank, &[4.0, 6.0]).unwrap().0, 1);
+    assert_eq!(nearest(&bank, &[f32::NAN, 0.0]), None);
+
+    // Paths: row f * len(ts) + i is expm(t_i Psi_g) z_f - z_f; zero at t = 0.
+    use burn::backend::NdArray;
+    use burn::prelude::*;
+    let device = Default::default();
+    let vlgo = vlgo_nn::VlgoConfig::new(vlgo_core::LieOperatorsConfig::new(2, 4))
+        .with_width(4)
+        .init::<NdArray>(&device)
+        .unwrap();
+    let z =
+        Tensor::<NdArray, 2>::from_floats([[1.0, 2.0, 0.5, -1.0], [0.0, 1.0, 3.0, 2.0]], &device);
+    let ts = [-0.5, 0.0, 0.7];
+    let moves = vlgo::diagnostics::paths::generator_moves(&vlgo, z.clone(), 1, &ts).unwrap();
+    assert_eq!(moves.len(), 2 * 3 * 4);
+    for (r, row) in moves.chunks(4).enumerate() {
+        let (f, t) = (r / 3, ts[r % 3]);
+        let c = Tensor::<NdArray, 2>::from_floats([[0.0, t as f32]], &device);
+        let zf = z.clone().narrow(0, f, 1);
+        let want = (vlgo.transport(c, zf.clone()).unwrap() - zf)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        for (a, b) in row.iter().zip(&want) {
+            assert!(
+                (a - f64::from(*b)).abs() < 1e-5,
+                "row {r}: {row:?} vs {want:?}"
+            );
+        }
+        if t == 0.0 {
+            assert!(row.iter().all(|v| *v == 0.0));
+        }
+    }
 }
 
 /// STL-10 pre-trains on its labeled split followed by the unlabeled file: 6 + 10 images in

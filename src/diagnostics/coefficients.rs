@@ -6,15 +6,35 @@ use manifoldclr::TrainBackend;
 use serde_json::{Value, json};
 
 use super::{ManifoldRun, PriorKind, host};
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::plot::heat_map;
 
 /// Noise stream of the draws.
 const STREAM: u64 = 3;
 
 /// Per class (rows) and generator (columns): mean |c| over that class's rows of `c` ([N, M]
-/// row-major, `labels` one per row), and the share of non-zero entries.
-pub fn class_means(c: &[f32], m: usize, labels: &[u16], classes: usize) -> [Vec<Vec<f64>>; 2] {
+/// row-major, `labels` one per row) and the share of non-zero entries, with the rows per class
+/// (a class without rows has means of 0 and a count of 0).
+pub fn class_means(
+    c: &[f32],
+    m: usize,
+    labels: &[u16],
+    classes: usize,
+) -> Result<(Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<usize>)> {
+    if m == 0 || c.len() != m * labels.len() {
+        return Err(CliError::invalid(
+            "coefficients",
+            format!("{} values for {} labels", c.len(), labels.len()),
+            format!("{m} (>= 1) per label"),
+        ));
+    }
+    if let Some(l) = labels.iter().find(|&&l| usize::from(l) >= classes) {
+        return Err(CliError::invalid(
+            "coefficient labels",
+            l,
+            format!("labels below {classes}"),
+        ));
+    }
     let mut sum = vec![vec![0.0; m]; classes];
     let mut nonzero = vec![vec![0.0; m]; classes];
     let mut count = vec![0usize; classes];
@@ -31,7 +51,7 @@ pub fn class_means(c: &[f32], m: usize, labels: &[u16], classes: usize) -> [Vec<
         sum[k].iter_mut().for_each(|v| *v /= n);
         nonzero[k].iter_mut().for_each(|v| *v /= n);
     }
-    [sum, nonzero]
+    Ok((sum, nonzero, count))
 }
 
 /// Writes `coefficients.json` and `plots/coefficients.png`; returns the JSON.
@@ -52,7 +72,7 @@ pub fn coefficients<B: TrainBackend>(run: &ManifoldRun<B>) -> Result<Value> {
         )?)?);
     }
     let classes = &test.classes;
-    let [mean_abs, nonzero] = class_means(&c, m, &features.labels, classes.len());
+    let (mean_abs, nonzero, counts) = class_means(&c, m, &features.labels, classes.len())?;
     let plot = run.folder.plots_dir()?.join("coefficients.png");
     heat_map(
         &plot,
@@ -63,6 +83,7 @@ pub fn coefficients<B: TrainBackend>(run: &ManifoldRun<B>) -> Result<Value> {
     )?;
     let result = json!({
         "classes": classes,
+        "images_per_class": counts,
         "generators": m,
         "mean_abs": mean_abs,
         "nonzero_share": nonzero,

@@ -204,9 +204,7 @@ impl<B: TrainBackend> ManifoldRun<B> {
         features: &Features,
         rows: std::ops::Range<usize>,
     ) -> Tensor<B::InnerBackend, 2> {
-        let d = features.dim;
-        let values = features.values[rows.start * d..rows.end * d].to_vec();
-        Tensor::from_data(TensorData::new(values, [rows.len(), d]), &self.device)
+        features.tensor(rows, &self.device)
     }
 
     /// One thresholded coefficient sample per row of `z` ([N, d]) from the `kind` prior, with
@@ -288,7 +286,6 @@ pub fn run<B: TrainBackend>(
     device: &B::Device,
 ) -> Result<serde_json::Value> {
     let r = ManifoldRun::<B>::open(run, device)?;
-    r.config.diagnostics.validate()?;
     match what {
         Diagnostic::Identity => identity::identity(&r),
         Diagnostic::Coefficients => coefficients::coefficients(&r),

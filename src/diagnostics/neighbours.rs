@@ -8,14 +8,15 @@ use serde_json::{Value, json};
 use vlgo_datasets::ImageSet;
 
 use super::{ManifoldRun, PriorKind, first_of_each_class, host};
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::plot::{Picture, image_grid};
 
 /// Noise stream of the draws.
 const STREAM: u64 = 4;
 
-/// Index and squared distance of the row of `bank` nearest to `query`.
-pub fn nearest(bank: &Features, query: &[f32]) -> (usize, f64) {
+/// Index and squared distance of the row of `bank` nearest to `query` (None for an empty bank
+/// or no finite distance).
+pub fn nearest(bank: &Features, query: &[f32]) -> Option<(usize, f64)> {
     bank.values
         .chunks_exact(bank.dim)
         .map(|row| {
@@ -25,19 +26,16 @@ pub fn nearest(bank: &Features, query: &[f32]) -> (usize, f64) {
                 .sum::<f64>()
         })
         .enumerate()
-        .fold((0, f64::INFINITY), |best, (i, d)| match d < best.1 {
-            true => (i, d),
-            false => best,
-        })
+        .filter(|(_, d)| d.is_finite())
+        .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 fn picture(set: &ImageSet, i: usize) -> Picture<'_> {
-    let size = set.channels * set.height * set.width;
     Picture {
         channels: set.channels,
         height: set.height,
         width: set.width,
-        pixels: &set.pixels[i * size..(i + 1) * size],
+        pixels: set.image(i),
     }
 }
 
@@ -56,12 +54,17 @@ pub fn neighbours<B: TrainBackend>(run: &ManifoldRun<B>) -> Result<Value> {
         let zs = z.clone().repeat_dim(0, samples);
         let c = run.prior_sample(zs.clone(), PriorKind::Learned, index as u64, STREAM)?;
         let moved = host(run.transport(c, zs)?)?;
-        let (clean_nn, _) = nearest(&bank, &clean.values[q * clean.dim..(q + 1) * clean.dim]);
+        let nearest = |v: &[f32]| {
+            nearest(&bank, v).ok_or_else(|| {
+                CliError::invalid("neighbours", "no finite distance", "finite features")
+            })
+        };
+        let (clean_nn, _) = nearest(&clean.values[q * clean.dim..(q + 1) * clean.dim])?;
         let label = test.labels[index];
         let mut row = vec![picture(test, index), picture(train, clean_nn)];
         let mut found = Vec::new();
         for v in moved.chunks_exact(clean.dim) {
-            let (nn, d2) = nearest(&bank, v);
+            let (nn, d2) = nearest(v)?;
             same += usize::from(train.labels[nn] == label);
             row.push(picture(train, nn));
             found
@@ -84,10 +87,10 @@ pub fn neighbours<B: TrainBackend>(run: &ManifoldRun<B>) -> Result<Value> {
         &titles,
         &rows,
     )?;
-    let total = (picked.len() * samples).max(1);
+    let total = picked.len() * samples;
     let result = json!({
         "images": entries,
-        "same_class_share": same as f64 / total as f64,
+        "same_class_share": (total > 0).then(|| same as f64 / total as f64),
         "plot": "plots/neighbours.png",
     });
     run.folder.write_json("neighbours.json", &result)?;

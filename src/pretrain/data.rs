@@ -146,14 +146,14 @@ pub fn subset(set: &ImageSet, n: usize) -> ImageSet {
 
 /// The images of `set` at `indices`, in that order.
 pub fn pick(set: &ImageSet, indices: &[usize]) -> ImageSet {
-    let size = set.image_size();
     ImageSet {
         channels: set.channels,
         height: set.height,
         width: set.width,
         pixels: indices
             .iter()
-            .flat_map(|&i| set.pixels[i * size..(i + 1) * size].iter().copied())
+            .flat_map(|&i| set.image(i))
+            .copied()
             .collect(),
         labels: indices.iter().map(|&i| set.labels[i]).collect(),
         classes: set.classes.clone(),

@@ -59,7 +59,12 @@ impl Features {
         self.labels.is_empty()
     }
 
-    fn tensor<B: Backend>(&self, rows: std::ops::Range<usize>, device: &B::Device) -> Tensor<B, 2> {
+    /// Rows `rows` as a tensor.
+    pub fn tensor<B: Backend>(
+        &self,
+        rows: std::ops::Range<usize>,
+        device: &B::Device,
+    ) -> Tensor<B, 2> {
         let data = self.values[rows.start * self.dim..rows.end * self.dim].to_vec();
         Tensor::from_data(TensorData::new(data, [rows.len(), self.dim]), device)
     }
@@ -131,6 +136,22 @@ pub fn feature_spectrum(features: &Features) -> Result<Spectrum> {
     spectrum(&features.values, features.dim)
 }
 
+/// The eigen-decomposition of a symmetric matrix, with a bound on the iterations (nalgebra's
+/// default has none and can spin forever on a pathological matrix).
+pub fn symmetric_eigen(
+    m: nalgebra::DMatrix<f64>,
+    what: &'static str,
+) -> Result<nalgebra::SymmetricEigen<f64, nalgebra::Dyn>> {
+    let n = m.nrows();
+    nalgebra::SymmetricEigen::try_new(m, f64::EPSILON, 1000 * n.max(1)).ok_or_else(|| {
+        ClrError::invalid(
+            what,
+            format!("a {n} x {n} eigenvalue iteration that did not converge"),
+            "a well-conditioned symmetric matrix",
+        )
+    })
+}
+
 /// The [`Spectrum`] of a row-major matrix of `dim` columns (`values.len()` a multiple of `dim`).
 ///
 /// ```
@@ -144,6 +165,13 @@ pub fn spectrum(values: &[f32], dim: usize) -> Result<Spectrum> {
             "features for the spectrum",
             format!("{} values", values.len()),
             format!("rows of {dim} values"),
+        ));
+    }
+    if let Some(v) = values.iter().find(|v| !v.is_finite()) {
+        return Err(ClrError::invalid(
+            "features for the spectrum",
+            v,
+            "finite values",
         ));
     }
     let d = dim;
@@ -161,8 +189,8 @@ pub fn spectrum(values: &[f32], dim: usize) -> Result<Spectrum> {
             gram[(i, j)] = gram[(j, i)];
         }
     }
-    let singular: Vec<f64> = gram
-        .symmetric_eigenvalues()
+    let singular: Vec<f64> = symmetric_eigen(gram, "features for the spectrum")?
+        .eigenvalues
         .iter()
         .map(|&l| l.max(0.0).sqrt())
         .collect();
@@ -328,10 +356,17 @@ pub fn linear_probe_each<B: AutodiffBackend>(
     config: &ProbeConfig,
     device: &B::Device,
 ) -> Result<Vec<Accuracy>> {
+    if classes == 0 || tests.is_empty() {
+        return Err(ClrError::invalid(
+            "probe",
+            format!("{classes} classes, {} test sets", tests.len()),
+            "at least one class and one test set",
+        ));
+    }
     if let Some(test) = tests
         .iter()
         .find(|t| t.dim != train.dim || t.is_empty())
-        .or(tests.first().filter(|_| train.is_empty() || classes == 0))
+        .or(tests.first().filter(|_| train.is_empty()))
     {
         return Err(ClrError::invalid(
             "probe features",

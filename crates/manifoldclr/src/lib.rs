@@ -35,7 +35,7 @@ pub use clip::clip_global_norm;
 pub use error::{ClrError, Result};
 pub use eval::{
     Accuracy, Features, ProbeConfig, Spectrum, extract_features, feature_spectrum, knn,
-    linear_probe, linear_probe_each, spectrum,
+    linear_probe, linear_probe_each, spectrum, symmetric_eigen,
 };
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};

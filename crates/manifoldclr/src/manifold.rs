@@ -279,9 +279,9 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
     let streams = NoiseStreams::new(seed);
     let step = vlgo.step(z0.clone(), z1.clone(), &streams, iteration)?;
     let di = distance_improvement(z0.clone(), z1, step.transported.clone().detach())?;
-    // The learned prior of this iteration: it draws the augmentation (unless S2 or S4) and its
-    // ranges are logged either way.
-    let prior = vlgo.prior_at(z0.clone(), iteration)?;
+    // The learned prior of this iteration, which the KL targets, also draws the augmentation
+    // (unless S2 or S4): one prior pass serves both.
+    let prior = step.prior.clone();
     let diagnostics = ManifoldDiagnostics::read(
         step.coefficients.clone(),
         &step.posterior,
@@ -343,6 +343,46 @@ pub(crate) fn mixup<B: Backend>(
 mod tests {
     use super::*;
     use vlgo_core::testing::TestBackend as B;
+
+    #[test]
+    fn diagnostics_read_each_part_from_its_place() {
+        let device = Default::default();
+        let t = |rows: [[f32; 4]; 2]| Tensor::<B, 2>::from_floats(rows, &device);
+        // Generator 1 is never used; |c| of the non-zeros: 1, 2, 3, 4, 5, 6.
+        let c = t([[1.0, 0.0, -2.0, 3.0], [0.0, 0.0, 4.0, -5.0]]);
+        let c = Tensor::cat(vec![c, t([[6.0, 0.0, 0.0, 0.0], [0.0; 4]])], 0);
+        let params = |loc: f32, log_s: f32| {
+            let rows = |v: f32| {
+                let row = [v, v + 0.5, v - 0.5, v];
+                Tensor::cat(vec![t([row, row]), t([row, row])], 0)
+            };
+            LaplaceParams::new(rows(loc), rows(log_s)).unwrap()
+        };
+        let norms = Tensor::<B, 1>::from_floats([1.0, 2.0, 3.0, 4.0], &device);
+        let d =
+            ManifoldDiagnostics::read(c, &params(0.1, -1.0), &params(-2.0, 0.0), norms).unwrap();
+        assert_eq!(d.generators_used, 3);
+        assert_eq!(d.nonzero_per_sample, 6.0 / 4.0);
+        assert!((d.mean_abs_coefficient - 3.5).abs() < 1e-9);
+        assert_eq!(d.generator_norms, vec![1.0, 2.0, 3.0, 4.0]);
+        let close =
+            |a: [f64; 2], b: [f64; 2]| (a[0] - b[0]).abs() < 1e-6 && (a[1] - b[1]).abs() < 1e-6;
+        assert!(
+            close(d.encoder_loc_range, [-0.4, 0.6]),
+            "{:?}",
+            d.encoder_loc_range
+        );
+        assert!(close(
+            d.encoder_scale_range,
+            [(-1.5f64).exp(), (-0.5f64).exp()]
+        ));
+        assert!(
+            close(d.prior_loc_range, [-2.5, -1.5]),
+            "{:?}",
+            d.prior_loc_range
+        );
+        assert!(close(d.prior_scale_range, [(-0.5f64).exp(), 0.5f64.exp()]));
+    }
 
     #[test]
     fn mixup_mixes_each_sample_with_one_weight() {

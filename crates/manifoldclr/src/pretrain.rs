@@ -174,7 +174,8 @@ pub struct StepLog {
     pub grad_norm: f64,
     /// Images (pairs of views) per second over the step, data included.
     pub images_per_second: f64,
-    /// The batch features' norm and spectrum (every `spectrum_every` steps).
+    /// The batch features' norm and spectrum (the first step and every `spectrum_every`-th
+    /// after it: steps 1, 11, 21, ... for 10).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub features: Option<FeatureLog>,
     /// The manifold figures of the step (methods with operators).
@@ -204,6 +205,16 @@ impl FeatureLog {
             .convert::<f32>()
             .to_vec::<f32>()
             .map_err(|e| ClrError::invalid("features", format!("{e:?}"), "readable floats"))?;
+        // Collapsed features (all zero) have no spectrum: logged as ranks of 0, not an error
+        // that would end the run.
+        if values.iter().all(|v| *v == 0.0) {
+            return Ok(Self {
+                feature_norm: 0.0,
+                effective_rank: 0.0,
+                feature_entropy: 0.0,
+                stable_rank: 0.0,
+            });
+        }
         let s = spectrum(&values, dim)?;
         let norms: f64 = values
             .chunks_exact(dim)

@@ -161,6 +161,8 @@ pub struct VlgoStep<B: Backend> {
     pub coefficients: Tensor<B, 2>,
     /// The encoder's distribution.
     pub posterior: LaplaceParams<B>,
+    /// The prior of this step (warm-up included), which the KL targets.
+    pub prior: LaplaceParams<B>,
     /// T(c) z0, [N, d].
     pub transported: Tensor<B, 2>,
     /// L_m: mean over batch and features of (T(c) z0 - sg(z1))^2.
@@ -304,11 +306,13 @@ impl<B: ExpmBackend> Vlgo<B> {
         } else {
             (transported.clone() - z1).square().mean()
         };
-        let kl = kl_divergence(&posterior, &self.prior_at(z0, step)?);
+        let prior = self.prior_at(z0, step)?;
+        let kl = kl_divergence(&posterior, &prior);
         let loss = manifold_loss.clone() + kl.clone() * self.beta;
         Ok(VlgoStep {
             coefficients,
             posterior,
+            prior,
             transported,
             manifold_loss,
             kl,
