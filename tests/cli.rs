@@ -553,17 +553,17 @@ fn diagnostic_helpers_compute_what_they_say() {
     }
     // Class 0 rows (1, 0) and (3, 0); class 1 row (0, -2).
     // Class 2 has no rows.
-    let (mean_abs, nonzero, counts) =
-        class_means(&[1.0, 0.0, 3.0, 0.0, 0.0, -2.0], 2, &[0, 0, 1], 3).unwrap();
+    let means = class_means(&[1.0, 0.0, 3.0, 0.0, 0.0, -2.0], 2, &[0, 0, 1], 3).unwrap();
+    let zero = vec![0.0, 0.0];
     assert_eq!(
-        mean_abs,
-        vec![vec![2.0, 0.0], vec![0.0, 2.0], vec![0.0, 0.0]]
+        means.mean_abs,
+        vec![vec![2.0, 0.0], vec![0.0, 2.0], zero.clone()]
     );
     assert_eq!(
-        nonzero,
-        vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.0, 0.0]]
+        means.nonzero_share,
+        vec![vec![1.0, 0.0], vec![0.0, 1.0], zero]
     );
-    assert_eq!(counts, vec![2, 1, 0]);
+    assert_eq!(means.counts, vec![2, 1, 0]);
     assert!(
         class_means(&[1.0, 2.0], 2, &[5], 3).is_err(),
         "a label out of range"

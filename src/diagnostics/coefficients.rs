@@ -12,15 +12,19 @@ use crate::plot::heat_map;
 /// Noise stream of the draws.
 const STREAM: u64 = 3;
 
-/// Per class (rows) and generator (columns): mean |c| over that class's rows of `c` ([N, M]
-/// row-major, `labels` one per row) and the share of non-zero entries, with the rows per class
-/// (a class without rows has means of 0 and a count of 0).
-pub fn class_means(
-    c: &[f32],
-    m: usize,
-    labels: &[u16],
-    classes: usize,
-) -> Result<(Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<usize>)> {
+/// Coefficient figures per class (rows) and generator (columns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassMeans {
+    /// Mean |c|.
+    pub mean_abs: Vec<Vec<f64>>,
+    /// Share of non-zero entries.
+    pub nonzero_share: Vec<Vec<f64>>,
+    /// Rows per class (a class without rows has means of 0).
+    pub counts: Vec<usize>,
+}
+
+/// The [`ClassMeans`] of `c` ([N, M] row-major, `labels` one per row).
+pub fn class_means(c: &[f32], m: usize, labels: &[u16], classes: usize) -> Result<ClassMeans> {
     if m == 0 || c.len() != m * labels.len() {
         return Err(CliError::invalid(
             "coefficients",
@@ -51,7 +55,11 @@ pub fn class_means(
         sum[k].iter_mut().for_each(|v| *v /= n);
         nonzero[k].iter_mut().for_each(|v| *v /= n);
     }
-    Ok((sum, nonzero, count))
+    Ok(ClassMeans {
+        mean_abs: sum,
+        nonzero_share: nonzero,
+        counts: count,
+    })
 }
 
 /// Writes `coefficients.json` and `plots/coefficients.png`; returns the JSON.
@@ -72,21 +80,21 @@ pub fn coefficients<B: TrainBackend>(run: &ManifoldRun<B>) -> Result<Value> {
         )?)?);
     }
     let classes = &test.classes;
-    let (mean_abs, nonzero, counts) = class_means(&c, m, &features.labels, classes.len())?;
+    let means = class_means(&c, m, &features.labels, classes.len())?;
     let plot = run.folder.plots_dir()?.join("coefficients.png");
     heat_map(
         &plot,
         "mean |c| of learned-prior samples, per test class",
         "generator",
         classes,
-        &mean_abs,
+        &means.mean_abs,
     )?;
     let result = json!({
         "classes": classes,
-        "images_per_class": counts,
+        "images_per_class": means.counts,
         "generators": m,
-        "mean_abs": mean_abs,
-        "nonzero_share": nonzero,
+        "mean_abs": means.mean_abs,
+        "nonzero_share": means.nonzero_share,
         "plot": "plots/coefficients.png",
     });
     run.folder.write_json("coefficients.json", &result)?;
