@@ -506,7 +506,7 @@ fn compare_tables_mean_and_spread_by_method() {
     use vlgo::compare::{RunFigures, table};
     let run = |method: &str, probe: f64, di: Option<f64>| RunFigures {
         method: method.to_string(),
-        train_seconds: 100.0,
+        train_seconds: probe + 20.0,
         probe,
         knn: probe - 1.0,
         effective_rank: 40.0,
@@ -519,17 +519,28 @@ fn compare_tables_mean_and_spread_by_method() {
         run("a", 70.0, None),
         run("b", 82.0, Some(0.7)),
         run("b", 84.0, Some(0.6)),
+        run("c", 60.0, Some(0.9)),
+        RunFigures {
+            di_below_one_from: None,
+            ..run("c", 60.0, Some(1.2))
+        },
     ]);
     let rows: Vec<&str> = text.lines().skip(2).collect();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
     // First appearance orders the rows; sample standard deviation of 80, 82, 84 is 2.
     assert_eq!(
         rows[0],
-        "| `b` | 3 | 100 | 82.00 ± 2.00 | 81.00 ± 2.00 | 40.0 | 30.8 | 0.700 | 7 |"
+        "| `b` | 3 | 104 | 82.00 ± 2.00 | 81.00 ± 2.00 | 40.0 | 30.8 | 0.700 | 7 |"
     );
     assert_eq!(
         rows[1],
-        "| `a` | 1 | 100 | 70.00 ± 0.00 | 69.00 ± 0.00 | 40.0 | 30.7 | - | - |"
+        "| `a` | 1 | 90 | 70.00 ± 0.00 | 69.00 ± 0.00 | 40.0 | 30.7 | - | - |"
+    );
+    // A seed whose DI never settles below 1 is named, not hidden behind the others' step.
+    assert!(
+        rows[2].ends_with("| 1.200 | not for 1 of 2 seeds |"),
+        "{}",
+        rows[2]
     );
 }
 
