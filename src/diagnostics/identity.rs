@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand_distr::{Distribution, StandardNormal};
 use serde_json::{Value, json};
 
-use super::{ManifoldRun, PriorKind};
+use super::{ManifoldRun, PriorKind, l2};
 use crate::error::Result;
 
 /// Noise streams of the two priors' draws.
@@ -23,9 +23,8 @@ fn displacements(clean: &Features, moved: &Features) -> Vec<(f64, f64)> {
         .chunks_exact(clean.dim)
         .zip(moved.values.chunks_exact(clean.dim))
         .map(|(z, m)| {
-            let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
-            let shift = norm(&mut z.iter().zip(m).map(|(a, b)| f64::from(b - a)));
-            (shift, norm(&mut z.iter().map(|&a| f64::from(a))))
+            let shift = l2(z.iter().zip(m).map(|(a, b)| f64::from(b - a)));
+            (shift, l2(z.iter().map(|&a| f64::from(a))))
         })
         .collect()
 }

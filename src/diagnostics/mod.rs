@@ -271,6 +271,11 @@ pub fn first_of_each_class(set: &vlgo_datasets::ImageSet, count: usize) -> Vec<u
         .collect()
 }
 
+/// The Euclidean norm of `values`.
+pub fn l2(values: impl Iterator<Item = f64>) -> f64 {
+    values.map(|x| x * x).sum::<f64>().sqrt()
+}
+
 /// A tensor's values on the host.
 pub fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
     t.into_data()

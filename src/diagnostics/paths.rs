@@ -10,7 +10,7 @@ use nalgebra::DMatrix;
 use serde_json::{Value, json};
 use vlgo_core::ExpmBackend;
 
-use super::{ManifoldRun, first_of_each_class, host};
+use super::{ManifoldRun, first_of_each_class, host, l2};
 use crate::error::{CliError, Result};
 use crate::plot::{Panel, panels_2d};
 use crate::pretrain::data::pick;
@@ -112,9 +112,7 @@ pub fn paths<B: TrainBackend>(run: &ManifoldRun<B>) -> Result<Value> {
             .enumerate()
             .map(|(r, d)| {
                 let z0 = &start[(r / p) * k..(r / p + 1) * k];
-                let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
-                norm(&mut d.iter().copied())
-                    / norm(&mut z0.iter().map(|&x| f64::from(x))).max(1e-12)
+                l2(d.iter().copied()) / l2(z0.iter().map(|&x| f64::from(x))).max(1e-12)
             })
             .fold(0.0, f64::max);
         let (points, share) = principal_plane(&moves, k)?;
