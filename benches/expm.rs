@@ -224,6 +224,7 @@ fn main() {
             &args,
         );
     }
+    // The GPU kernels have their own benchmark: `cargo bench -p vlgo-core --bench gpu`.
     #[cfg(feature = "wgpu")]
-    bench_backend::<burn::backend::Wgpu>("wgpu (tensor ops)", &args);
+    bench_backend::<burn::backend::Wgpu>("wgpu (kernel, read back to the host)", &args);
 }

@@ -19,8 +19,8 @@
 //! Backends: the cargo features `ndarray` (default), `flex`, `wgpu` and `cuda` implement
 //! [`ExpmBackend`] for the matching Burn backends; `Autodiff` over any of them gets the
 //! exponential's own backward. On `ndarray` and `flex`, f32 exponentials run on the cache-resident
-//! CPU kernel of [`cpu`]; everywhere else on the tensor-op implementation
-//! ([`expm::tensor_ops`]).
+//! CPU kernel of [`cpu`]; on `wgpu` and `cuda`, f32 `expm` forward and backward run on the CubeCL
+//! kernels of `gpu`; everything else on the tensor-op implementation ([`expm::tensor_ops`]).
 //!
 //! # Choices where the design notes are silent
 //!
@@ -57,6 +57,8 @@ pub mod best_of_j;
 pub mod cpu;
 pub mod error;
 pub mod expm;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod gpu;
 pub mod laplace;
 pub mod layers;
 pub mod loss;

@@ -150,6 +150,8 @@ impl ExpmBackend for burn_flex::Flex {
     cpu_kernel_methods!();
 }
 
+/// The CubeCL backends run the kernels of [`crate::gpu`] on f32 and keep the tensor-op path for
+/// other dtypes. `expmv` stays on tensor ops here.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl<R, F, I, BT> ExpmBackend for burn_cubecl::CubeBackend<R, F, I, BT>
 where
@@ -158,7 +160,107 @@ where
     I: burn_cubecl::IntElement,
     BT: burn_cubecl::BoolElement,
 {
+    fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
+        if crate::gpu::accepts(&a) {
+            crate::gpu::expm(a, method)
+        } else {
+            unwrap(tensor_ops::expm::<Self>(wrap(a), method))
+        }
+    }
+
+    fn expm_backward(
+        a: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        method: ExpmMethod,
+    ) -> FloatTensor<Self> {
+        if crate::gpu::accepts(&a) && grad.dtype == a.dtype {
+            crate::gpu::expm_backward(a, grad)
+        } else {
+            unwrap(tensor_ops::expm_backward::<Self>(
+                wrap(a),
+                wrap(grad),
+                method,
+            ))
+        }
+    }
 }
 
+/// `Wgpu` and `Cuda` with fusion are `Fusion<CubeBackend>`: the exponential enters the fusion
+/// stream as an opaque custom op (a fusion barrier) that runs the inner backend's kernel.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-impl<B: burn_fusion::FusionBackend> ExpmBackend for burn_fusion::Fusion<B> {}
+mod fusion {
+    use burn::tensor::ops::FloatTensor;
+    use burn_fusion::stream::{Operation, OperationStreams};
+    use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+    use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+
+    use super::ExpmBackend;
+    use crate::expm::ExpmMethod;
+
+    /// exp(A) (one input) or its adjoint (inputs A and the upstream gradient).
+    #[derive(Debug)]
+    struct ExpmOp<B> {
+        desc: CustomOpIr,
+        method: ExpmMethod,
+        backward: bool,
+        _backend: core::marker::PhantomData<B>,
+    }
+
+    impl<B: FusionBackend + ExpmBackend> Operation<B::FusionRuntime> for ExpmOp<B> {
+        fn execute(
+            &self,
+            handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+        ) {
+            let out = if self.backward {
+                let ([a, grad], [out]) = self.desc.as_fixed();
+                let a = handles.get_float_tensor::<B>(a);
+                let grad = handles.get_float_tensor::<B>(grad);
+                (B::expm_backward(a, grad, self.method), out)
+            } else {
+                let ([a], [out]) = self.desc.as_fixed();
+                let a = handles.get_float_tensor::<B>(a);
+                (B::expm(a, self.method), out)
+            };
+            handles.register_float_tensor::<B>(&out.1.id, out.0);
+        }
+    }
+
+    impl<B: FusionBackend + ExpmBackend> ExpmBackend for Fusion<B> {
+        fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
+            let client = a.client.clone();
+            let streams = OperationStreams::with_inputs([&a]);
+            let out = TensorIr::uninit(client.create_empty_handle(), a.shape.clone(), a.dtype);
+            let desc = CustomOpIr::new("vlgo_expm", &[a.into_ir()], &[out]);
+            let op = ExpmOp::<B> {
+                desc: desc.clone(),
+                method,
+                backward: false,
+                _backend: core::marker::PhantomData,
+            };
+            client
+                .register(streams, OperationIr::Custom(desc), op)
+                .output()
+        }
+
+        fn expm_backward(
+            a: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            method: ExpmMethod,
+        ) -> FloatTensor<Self> {
+            let client = a.client.clone();
+            let streams = OperationStreams::with_inputs([&a, &grad]);
+            let out = TensorIr::uninit(client.create_empty_handle(), a.shape.clone(), a.dtype);
+            let desc =
+                CustomOpIr::new("vlgo_expm_backward", &[a.into_ir(), grad.into_ir()], &[out]);
+            let op = ExpmOp::<B> {
+                desc: desc.clone(),
+                method,
+                backward: true,
+                _backend: core::marker::PhantomData,
+            };
+            client
+                .register(streams, OperationIr::Custom(desc), op)
+                .output()
+        }
+    }
+}

@@ -30,7 +30,7 @@ pub(crate) struct Program {
 }
 
 /// Coefficients c_j = (2m - j)! m! / ((2m)! j! (m - j)!) of the Padé numerator p_m.
-fn pade_coefficients(m: usize) -> Vec<f64> {
+pub(crate) fn pade_coefficients(m: usize) -> Vec<f64> {
     let mut c = vec![1.0f64; m + 1];
     for j in 1..=m {
         // c_j / c_{j-1} = (m - j + 1) / (j (2m - j + 1))
@@ -107,7 +107,7 @@ pub(crate) fn pade(m: usize) -> Program {
 }
 
 /// Bader-Blanes-Casas coefficients of the degree-12 scheme, `B_i = sum_j b[i][j] [I, X, X^2, X^3]_j`.
-const BBC12: [[f64; 4]; 4] = [
+pub(crate) const BBC12: [[f64; 4]; 4] = [
     [
         9.0198e-16,
         0.46932117595418237389,
@@ -136,7 +136,7 @@ const BBC12: [[f64; 4]; 4] = [
 
 /// Bader-Blanes-Casas coefficients of the degree-18 scheme,
 /// `B_i = sum_j b[i][j] [I, X, X^2, X^3, X^6]_j`.
-const BBC18: [[f64; 5]; 5] = [
+pub(crate) const BBC18: [[f64; 5]; 5] = [
     [
         0.,
         -1.00365581030144618291e-01,

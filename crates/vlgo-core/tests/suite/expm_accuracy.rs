@@ -306,3 +306,60 @@ fn rank_generic_form_matches_the_batched_one() {
     assert_eq!(nd.dims(), [1, 2, 4, 4]);
     assert_eq!(to_f64(nd), to_f64(vlgo_core::expm(flat)));
 }
+
+/// The backend's own kernel (CubeCL on `wgpu` / `cuda`, the cache-resident one on the CPU
+/// backends) against the portable tensor-op path, forward and adjoint: sizes that do and do not
+/// fill the GPU kernels' 4 x 4 tiles, every degree branch and several squarings, and a batch of
+/// tiny matrices larger than the GPU kernels' grid, so cubes walk over several matrices. A kernel
+/// that failed to compile would give garbage here. The tensor-op path runs on NdArray: on an
+/// H100, Burn's `cuda` matmul rounds f32 products to TF32 (about 1e-4 relative), which would make
+/// the reference the less accurate side.
+#[test]
+fn the_backend_kernel_equals_the_tensor_op_path() {
+    use burn::backend::{Autodiff, NdArray};
+    use vlgo_core::expm::tensor_ops;
+    let mut g = rng(17);
+    let norms = [0.01, 0.3, 1.0, 1.7, 2.5, 3.5, 9.0, 30.0];
+    for (n, count) in [(2, 1100), (5, 8), (64, 4)] {
+        let data: Vec<f64> = (0..count)
+            .flat_map(|k| random_matrix(&mut g, n, norms[k % norms.len()]))
+            .collect();
+        let upstream: Vec<f64> = (0..count * n * n).map(|_| gaussian(&mut g)).collect();
+        let a = batch::<B>(&data, n, DType::F32);
+        let up = batch::<B>(&upstream, n, DType::F32);
+        let host_a = batch::<NdArray>(&data, n, DType::F32);
+        let host_up = batch::<NdArray>(&upstream, n, DType::F32);
+        for method in METHODS {
+            let cfg = ExpmConfig::new().with_method(method);
+            let kernel = to_f64(expm_with(a.clone(), &cfg).unwrap());
+            let reference = to_f64(tensor_ops::expm(host_a.clone(), method));
+            let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
+            let grads = (expm_with(ad.clone(), &cfg).unwrap() * Tensor::from_inner(up.clone()))
+                .sum()
+                .backward();
+            let kernel_grad = to_f64(ad.grad(&grads).unwrap());
+            let reference_grad = to_f64(tensor_ops::expm_backward(
+                host_a.clone(),
+                host_up.clone(),
+                method,
+            ));
+            let nn = n * n;
+            for k in 0..count {
+                let part = k * nn..(k + 1) * nn;
+                let mat = &data[part.clone()];
+                let err = rel_frobenius_host(&kernel[part.clone()], &reference[part.clone()]);
+                assert!(
+                    err < 2.0 * f32_bar(mat, n),
+                    "{method:?} n {n} matrix {k} (norm {}): forward {err:.3e}",
+                    one_norm(mat, n)
+                );
+                let err = rel_frobenius_host(&kernel_grad[part.clone()], &reference_grad[part]);
+                assert!(
+                    err < 1e-4,
+                    "{method:?} n {n} matrix {k} (norm {}): adjoint {err:.3e}",
+                    one_norm(mat, n)
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The exponential on a GPU backend: the CubeCL kernels, and the tensor-op path on the same card.
+//!
+//! `cargo bench -p vlgo-core --bench gpu --features cuda [-- --matrices N --reps R --n SIZE
+//! --tensor-ops]` (or `--features wgpu`). Inputs as the CPU benchmark and `pytorch_anchors.py
+//! --only expm --device cuda`: [N, n, n] f32 with median 1-norm about 1.6 and about 10. Each
+//! figure is the median of R runs after a warm-up, timed to device synchronisation without
+//! reading the result back (as the PyTorch anchor does). On `cuda` each cell also shows the
+//! memory pool's reservation after the measured work (the pool is emptied before it), the
+//! nearest figure to a peak that the runtime offers. `--matrices 81920` is the best-of-20 shape
+//! at batch 512 with 8 blocks.
+
+use std::time::Instant;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use burn::{backend::Autodiff, prelude::*, tensor::Distribution};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use vlgo_core::expm::{forward_flops, tensor_ops};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use vlgo_core::{ExpmBackend, ExpmConfig, ExpmMethod, expm_with, expmv};
+
+struct Args {
+    matrices: usize,
+    reps: usize,
+    n: usize,
+    tensor_ops: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        matrices: 4096,
+        reps: 5,
+        n: 64,
+        tensor_ops: false,
+    };
+    let argv: Vec<String> = std::env::args().collect();
+    for (k, w) in argv.iter().enumerate() {
+        let value = || {
+            argv.get(k + 1)
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or_else(|| panic!("{w} takes a positive integer"))
+        };
+        match w.as_str() {
+            "--matrices" => a.matrices = value(),
+            "--reps" => a.reps = value(),
+            "--n" => a.n = value(),
+            "--tensor-ops" => a.tensor_ops = true,
+            _ => {}
+        }
+    }
+    a
+}
+
+/// Median seconds of `reps` runs after one warm-up; `f` must synchronise.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// Reads the runtime's memory pool: (bytes in use, bytes reserved); `true` empties it first.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+type MemoryProbe<B> = fn(&burn::tensor::Device<B>, bool) -> Option<(u64, u64)>;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn matrices<B: Backend>(count: usize, n: usize, norm: f64, device: &B::Device) -> Tensor<B, 3> {
+    B::seed(device, 0);
+    let a = Tensor::<B, 3>::random([count, n, n], Distribution::Normal(0.0, 1.0), device);
+    let norms = a.clone().abs().sum_dim(1).max_dim(2).reshape([count]);
+    let mut v = norms.into_data().convert::<f64>().to_vec::<f64>().unwrap();
+    v.sort_by(f64::total_cmp);
+    a * (norm / v[v.len() / 2])
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn bench<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B>>)
+where
+    Autodiff<B>: ExpmBackend,
+{
+    const METHODS: [ExpmMethod; 2] = [ExpmMethod::Pade, ExpmMethod::Taylor];
+    let device: B::Device = Default::default();
+    let sync = || B::sync(&device).expect("the device finishes its queue");
+    // Runs `f` once more between two reads of the pool.
+    let pool = |f: &dyn Fn()| -> String {
+        let Some(probe) = memory else {
+            return String::new();
+        };
+        probe(&device, true);
+        f();
+        probe(&device, false)
+            .map(|(_, reserved)| format!(" [{:.0}]", reserved as f64 / 1048576.0))
+            .unwrap_or_default()
+    };
+    println!(
+        "\n{name}: [{}, {n}, {n}] f32, median of {} runs, ms (forward GFLOP/s) [pool MiB]",
+        args.matrices,
+        args.reps,
+        n = args.n
+    );
+    println!(
+        "| ||A||_1 | path | expm Padé fwd | expm Taylor fwd | expm Padé fwd+bwd | expm Taylor fwd+bwd | expmv fwd+bwd |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for norm in [1.6, 10.0] {
+        let a = matrices::<B>(args.matrices, args.n, norm, &device);
+        let up = Tensor::<B, 3>::random(a.dims(), Distribution::Normal(0.0, 1.0), &device);
+        let z = Tensor::<B, 2>::random(
+            [args.matrices, args.n],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
+        sync();
+        let mut row = vec![format!("{norm}"), "kernel".to_string()];
+        for method in METHODS {
+            let cfg = ExpmConfig::new().with_method(method);
+            let run = || {
+                let _t = expm_with(a.clone(), &cfg).unwrap();
+                sync();
+            };
+            let s = time(args.reps, run);
+            let gflops = forward_flops(&a, method) / s / 1e9;
+            row.push(format!("{:.2} ({gflops:.0}){}", s * 1e3, pool(&run)));
+        }
+        for method in METHODS {
+            let cfg = ExpmConfig::new().with_method(method);
+            let run = || {
+                let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
+                let t = expm_with(ad.clone(), &cfg).unwrap();
+                let g = (t * Tensor::from_inner(up.clone())).sum().backward();
+                let _g = ad.grad(&g).unwrap();
+                sync();
+            };
+            let s = time(args.reps, run);
+            row.push(format!("{:.2}{}", s * 1e3, pool(&run)));
+        }
+        let run = || {
+            let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
+            let y = expmv(ad.clone(), Tensor::from_inner(z.clone()));
+            let g = y.sum().backward();
+            let _g = ad.grad(&g).unwrap();
+            sync();
+        };
+        let s = time(args.reps, run);
+        row.push(format!("{:.2}{}", s * 1e3, pool(&run)));
+        println!("| {} |", row.join(" | "));
+        if args.tensor_ops {
+            let mut row = vec![format!("{norm}"), "tensor ops".to_string()];
+            for method in METHODS {
+                let run = || {
+                    let _t = tensor_ops::expm(a.clone(), method);
+                    sync();
+                };
+                let s = time(args.reps, run);
+                let gflops = forward_flops(&a, method) / s / 1e9;
+                row.push(format!("{:.2} ({gflops:.0})", s * 1e3));
+            }
+            for method in METHODS {
+                let run = || {
+                    let _t = tensor_ops::expm(a.clone(), method);
+                    let _g = tensor_ops::expm_backward(a.clone(), up.clone(), method);
+                    sync();
+                };
+                row.push(format!("{:.2}", time(args.reps, run) * 1e3));
+            }
+            row.push("(same as kernel)".to_string());
+            println!("| {} |", row.join(" | "));
+        }
+    }
+}
+
+fn main() {
+    let args = args();
+    let only = std::env::args().skip_while(|a| a != "--only").nth(1);
+    let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    let mut ran = false;
+    #[cfg(feature = "cuda")]
+    if run("cuda") {
+        bench::<burn::backend::Cuda>("cuda", &args, Some(vlgo_core::gpu::cuda_memory));
+        ran = true;
+    }
+    #[cfg(feature = "wgpu")]
+    if run("wgpu") {
+        bench::<burn::backend::Wgpu>("wgpu", &args, None);
+        ran = true;
+    }
+    if !ran {
+        let _ = (
+            args.matrices,
+            args.reps,
+            args.n,
+            args.tensor_ops,
+            run("none"),
+        );
+        eprintln!("no GPU backend: build with --features cuda or --features wgpu");
+    }
+}
