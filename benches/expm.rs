@@ -123,16 +123,16 @@ where
             let s = time(args.reps, || {
                 let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
                 let t = expm_with(ad.clone(), &cfg).unwrap();
-                let g = (t * Tensor::from_inner(up.clone())).sum().backward();
-                let _ = ad.grad(&g).unwrap().into_data();
+                let mut g = (t * Tensor::from_inner(up.clone())).sum().backward();
+                let _ = ad.grad_remove(&mut g).unwrap().into_data();
             });
             row.push(format!("{:.1}", s * 1e3));
         }
         let s = time(args.reps, || {
             let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
             let y = expmv(ad.clone(), Tensor::from_inner(z.clone()));
-            let g = y.sum().backward();
-            let _ = ad.grad(&g).unwrap().into_data();
+            let mut g = y.sum().backward();
+            let _ = ad.grad_remove(&mut g).unwrap().into_data();
         });
         row.push(format!("{:.1}", s * 1e3));
         println!("| {} |", row.join(" | "));

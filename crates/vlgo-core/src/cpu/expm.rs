@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use super::lu;
-use super::simd::{axpy, matmul, transpose};
+use super::simd::{axpy, lin_comb, matmul, transpose};
 use crate::expm::ExpmMethod;
 use crate::expm::plan::{Precision, choose};
 use crate::expm::scheme::{self, Program, Step};
@@ -39,6 +39,8 @@ pub struct Workspace {
     live: Vec<bool>,
     squares: Vec<Vec<f32>>,
     q: Vec<f32>,
+    /// The unit lower factor of the Padé solve.
+    lower: Vec<f32>,
     r0: Vec<f32>,
     t1: Vec<f32>,
     t2: Vec<f32>,
@@ -66,6 +68,7 @@ impl Workspace {
         self.live.resize(slots, false);
         for b in [
             &mut self.q,
+            &mut self.lower,
             &mut self.r0,
             &mut self.t1,
             &mut self.t2,
@@ -77,16 +80,21 @@ impl Workspace {
     }
 }
 
+/// The column sums of |A| in f64, accumulated row by row (contiguous, so vectorised); `None`
+/// when the matrix holds NaN or Inf.
+pub fn column_abs_sums(a: &[f32], n: usize) -> Option<Vec<f64>> {
+    let mut sums = vec![0.0f64; n];
+    for row in a.chunks_exact(n).take(n) {
+        for (s, &x) in sums.iter_mut().zip(row) {
+            *s += x.abs() as f64;
+        }
+    }
+    sums.iter().sum::<f64>().is_finite().then_some(sums)
+}
+
 /// 1-norm in f64; NaN when the matrix holds NaN or Inf.
 pub fn one_norm(a: &[f32], n: usize) -> f64 {
-    let mut best = 0.0f64;
-    let mut total = 0.0f64;
-    for j in 0..n {
-        let s: f64 = (0..n).map(|i| a[i * n + j].abs() as f64).sum();
-        total += s;
-        best = best.max(s);
-    }
-    if total.is_finite() { best } else { f64::NAN }
+    column_abs_sums(a, n).map_or(f64::NAN, |sums| sums.into_iter().fold(0.0, f64::max))
 }
 
 fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
@@ -96,11 +104,21 @@ fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
         match step {
             Step::MatMul(i, j) => matmul(&lo[*i], &lo[*j], out, n, false),
             Step::Lin(terms, eye) => {
-                out.fill(0.0);
-                for &(i, c) in terms {
-                    if c != 0.0 {
-                        axpy(c as f32, &lo[i], out);
+                // Up to CHUNK terms per pass over the output, from a list on the stack.
+                const CHUNK: usize = 8;
+                let mut list: [(&[f32], f32); CHUNK] = [(&[], 0.0); CHUNK];
+                let mut count = 0;
+                let mut passes = 0;
+                for &(i, c) in terms.iter().filter(|(_, c)| *c != 0.0) {
+                    list[count] = (&lo[i][..], c as f32);
+                    count += 1;
+                    if count == CHUNK {
+                        lin_comb(&list, out, passes > 0);
+                        (count, passes) = (0, passes + 1);
                     }
+                }
+                if count > 0 || passes == 0 {
+                    lin_comb(&list[..count], out, passes > 0);
                 }
                 if *eye != 0.0 {
                     for d in 0..n {
@@ -123,6 +141,7 @@ fn approximant(
 ) -> (&'static Program, u32) {
     let (degree, s) = choose(norm, method, Precision::Single);
     let program = program(method, degree);
+    let nn = n * n;
     ws.prepare(n, program.steps.len() + 1);
     let scale = (-(s as f64)).exp2() as f32;
     for (x, &y) in ws.values[0].iter_mut().zip(a) {
@@ -131,14 +150,14 @@ fn approximant(
     evaluate(program, n, ws);
     let (u, v) = program.outputs;
     if program.pade {
-        for k in 0..n * n {
-            let (uk, vk) = (ws.values[u][k], ws.values[v][k]);
-            ws.q[k] = vk - uk;
-            ws.r0[k] = vk + uk;
+        let (us, vs) = (&ws.values[u][..nn], &ws.values[v][..nn]);
+        for ((q, r), (&uk, &vk)) in ws.q.iter_mut().zip(ws.r0.iter_mut()).zip(us.iter().zip(vs)) {
+            *q = vk - uk;
+            *r = vk + uk;
         }
         ws.t1.copy_from_slice(&ws.q);
-        lu::factor(&mut ws.t1, &mut ws.perm, n);
-        lu::solve(&ws.t1, &ws.perm, &mut ws.r0, &mut ws.t2, n);
+        lu::factor(&mut ws.t1, &mut ws.lower, &mut ws.perm, n);
+        lu::solve(&ws.t1, &ws.lower, &ws.perm, &mut ws.r0, &mut ws.t2, n);
     } else {
         ws.r0.copy_from_slice(&ws.values[u]);
     }
@@ -171,7 +190,24 @@ fn add_bar(ws: &mut Workspace, slot: usize, g: &[f32], sign: f32) {
     }
 }
 
+/// bars[slot] (+)= x y: written in place by the product (no temporary, no extra pass).
+fn add_product(
+    bars: &mut [Vec<f32>],
+    live: &mut [bool],
+    slot: usize,
+    xy: (&[f32], &[f32]),
+    n: usize,
+) {
+    matmul(xy.0, xy.1, &mut bars[slot], n, live[slot]);
+    live[slot] = true;
+}
+
 /// The adjoint of A given the adjoint `grad` of exp(A), into `abar`.
+///
+/// The reverse pass carries transposed adjoints: for C = X Y, Xbar = Cbar Y^T and
+/// Ybar = X^T Cbar become Xbar^T = Y Cbar^T and Ybar^T = Cbar^T X, plain products that need no
+/// transposed operands, so a matrix is transposed twice in all (plus three times around the
+/// Padé solve) instead of twice per product.
 pub fn backward(
     a: &[f32],
     grad: &[f32],
@@ -194,30 +230,34 @@ pub fn backward(
         ws.squares[k].copy_from_slice(&ws.t3);
         matmul(&ws.squares[k], &ws.squares[k], &mut ws.t3, n, false);
     }
-    // Back through the squarings: G <- G Y^T + Y^T G.
-    let mut g = grad.to_vec();
-    for k in (0..s as usize).rev() {
-        transpose(&ws.squares[k], &mut ws.t1, n);
-        matmul(&g, &ws.t1, &mut ws.t2, n, false);
-        matmul(&ws.t1, &g, &mut ws.t2, n, true);
+    // Back through the squarings: G <- G Y^T + Y^T G, transposed G^T <- Y G^T + G^T Y.
+    let mut g = vec![0.0f32; nn];
+    transpose(grad, &mut g, n);
+    for y in ws.squares[..s as usize].iter().rev() {
+        matmul(y, &g, &mut ws.t2, n, false);
+        matmul(&g, y, &mut ws.t2, n, true);
         g.copy_from_slice(&ws.t2);
     }
     let (u, v) = program.outputs;
     if program.pade {
-        // Pbar = Q^{-T} G, Qbar = -Pbar R^T; Ubar = Pbar - Qbar, Vbar = Pbar + Qbar.
+        // Pbar = Q^{-T} G, Qbar = -Pbar R^T; transposed, -Qbar^T = R Pbar^T, and
+        // Ubar^T = Pbar^T - Qbar^T, Vbar^T = Pbar^T + Qbar^T.
+        transpose(&g, &mut ws.t2, n);
+        g.copy_from_slice(&ws.t2);
         transpose(&ws.q, &mut ws.t1, n);
-        lu::factor(&mut ws.t1, &mut ws.perm, n);
-        lu::solve(&ws.t1, &ws.perm, &mut g, &mut ws.t2, n);
-        transpose(&ws.r0, &mut ws.t3, n);
-        matmul(&g, &ws.t3, &mut ws.t2, n, false); // -Qbar
-        let bars = ws.t1.iter_mut().zip(ws.t3.iter_mut());
-        for ((ubar, vbar), (gk, qk)) in bars.zip(g.iter().zip(&ws.t2)).take(nn) {
-            *ubar = gk + qk;
-            *vbar = gk - qk;
+        lu::factor(&mut ws.t1, &mut ws.lower, &mut ws.perm, n);
+        lu::solve(&ws.t1, &ws.lower, &ws.perm, &mut g, &mut ws.t2, n);
+        transpose(&g, &mut ws.t3, n); // Pbar^T
+        matmul(&ws.r0, &ws.t3, &mut ws.t2, n, false); // -Qbar^T
+        let bars = ws.t1.iter_mut().zip(g.iter_mut());
+        for ((ubar, vbar), (pk, qk)) in bars.zip(ws.t3.iter().zip(&ws.t2)).take(nn) {
+            *ubar = pk + qk;
+            *vbar = pk - qk;
         }
-        let (ubar, vbar) = (ws.t1.clone(), ws.t3.clone());
+        let ubar = std::mem::take(&mut ws.t1);
         add_bar(ws, u, &ubar, 1.0);
-        add_bar(ws, v, &vbar, 1.0);
+        ws.t1 = ubar;
+        add_bar(ws, v, &g, 1.0);
     } else {
         add_bar(ws, u, &g, 1.0);
     }
@@ -229,17 +269,10 @@ pub fn backward(
         let bar = std::mem::take(&mut ws.bars[out]);
         match step {
             Step::MatMul(i, j) => {
-                // bar_i += bar V_j^T ; bar_j += V_i^T bar
-                transpose(&ws.values[*j], &mut ws.t1, n);
-                matmul(&bar, &ws.t1, &mut ws.t2, n, false);
-                let t2 = std::mem::take(&mut ws.t2);
-                add_bar(ws, *i, &t2, 1.0);
-                ws.t2 = t2;
-                transpose(&ws.values[*i], &mut ws.t1, n);
-                matmul(&ws.t1, &bar, &mut ws.t2, n, false);
-                let t2 = std::mem::take(&mut ws.t2);
-                add_bar(ws, *j, &t2, 1.0);
-                ws.t2 = t2;
+                // bar_i^T += V_j bar^T ; bar_j^T += bar^T V_i
+                let (bars, live) = (&mut ws.bars, &mut ws.live);
+                add_product(bars, live, *i, (&ws.values[*j], &bar), n);
+                add_product(bars, live, *j, (&bar, &ws.values[*i]), n);
             }
             Step::Lin(terms, _) => {
                 for &(i, c) in terms {
@@ -254,9 +287,8 @@ pub fn backward(
     }
     let scale = (-(s as f64)).exp2() as f32;
     if ws.live[0] {
-        for (x, &y) in abar.iter_mut().zip(&ws.bars[0]) {
-            *x = y * scale;
-        }
+        transpose(&ws.bars[0], abar, n);
+        abar.iter_mut().for_each(|x| *x *= scale);
     } else {
         abar.fill(0.0);
     }

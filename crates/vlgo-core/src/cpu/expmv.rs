@@ -2,8 +2,8 @@
 //! version (`expm::expmv`: shift, m and s minimising the matrix-vector products, early
 //! termination, fallback to the explicit exponential), run per matrix.
 
-use super::expm::{self as dense, Workspace, one_norm};
-use super::simd::{axpy, matvec};
+use super::expm::{self as dense, Workspace, column_abs_sums};
+use super::simd::{axpy, gemm_tn, matvec, vecmat};
 use super::small;
 use crate::expm::expmv::{KernelRecord, taylor_steps};
 use crate::expm::plan::{Precision, choose};
@@ -20,8 +20,11 @@ enum Route {
 
 /// (1-norm, shift mu, 1-norm of A - mu I); the norm is NaN when A holds NaN or Inf.
 fn norms(a: &[f32], n: usize, shift: bool) -> (f64, f32, f64) {
-    let norm = one_norm(a, n);
-    let mu = if shift && !norm.is_nan() {
+    let Some(sums) = column_abs_sums(a, n) else {
+        return (f64::NAN, 0.0, f64::NAN);
+    };
+    let norm = sums.iter().copied().fold(0.0, f64::max);
+    let mu = if shift {
         ((0..n).map(|i| a[i * n + i] as f64).sum::<f64>() / n as f64) as f32
     } else {
         0.0
@@ -32,12 +35,8 @@ fn norms(a: &[f32], n: usize, shift: bool) -> (f64, f32, f64) {
     } else {
         (0..n)
             .map(|j| {
-                (0..n)
-                    .map(|i| {
-                        let x = a[i * n + j] - if i == j { mu } else { 0.0 };
-                        x.abs() as f64
-                    })
-                    .sum::<f64>()
+                let d = a[j * n + j];
+                sums[j] - d.abs() as f64 + (d - mu).abs() as f64
             })
             .fold(0.0, f64::max)
     };
@@ -148,6 +147,10 @@ fn route(a: &[f32], n: usize, config: &ExpmvConfig) -> Route {
 #[derive(Default)]
 pub struct Vectors {
     sa: Vec<f32>,
+    /// sa transposed: A' x is x^T sa^T, the fast product.
+    st: Vec<f32>,
+    /// Scaled adjoints of one step, one row per term.
+    p: Vec<f32>,
     b: Vec<f32>,
     f: Vec<f32>,
     w: Vec<f32>,
@@ -162,7 +165,7 @@ pub struct Vectors {
 }
 
 impl Vectors {
-    /// (A - mu I) / s into `sa`, v into `b`, zeros into `f`.
+    /// (A - mu I) / s into `sa` and its transpose into `st`, v into `b`, zeros into `f`.
     fn start(&mut self, a: &[f32], v: &[f32], n: usize, mu: f32, s: u64) {
         let inv = 1.0 / s as f32;
         self.sa.clear();
@@ -170,6 +173,8 @@ impl Vectors {
         for i in 0..n {
             self.sa[i * n + i] = (a[i * n + i] - mu) * inv;
         }
+        self.st.resize(n * n, 0.0);
+        super::simd::transpose(&self.sa, &mut self.st, n);
         self.b.clear();
         self.b.extend_from_slice(v);
         self.f.clear();
@@ -184,7 +189,7 @@ fn inf_norm(x: &[f32]) -> f32 {
 /// One outer step from b: returns F and the number of terms used.
 #[allow(clippy::too_many_arguments)]
 fn taylor_step(
-    sa: &[f32],
+    st: &[f32],
     b: &[f32],
     f: &mut [f32],
     w: &mut Vec<f32>,
@@ -200,7 +205,7 @@ fn taylor_step(
     let mut prev = inf_norm(w);
     let mut used = 0;
     for j in 1..=m {
-        matvec(sa, w, tmp, n);
+        vecmat(w, st, tmp, n, false);
         let inv = 1.0 / j as f32;
         for (wk, &t) in w.iter_mut().zip(tmp.iter()) {
             *wk = t * inv;
@@ -251,7 +256,7 @@ pub fn forward(
             t.start(a, v, n, mu, s);
             for _ in 0..s {
                 taylor_step(
-                    &t.sa,
+                    &t.st,
                     &t.b,
                     &mut t.f,
                     &mut t.w,
@@ -335,7 +340,7 @@ pub fn backward(
             t.used.clear();
             for _ in 0..s {
                 t.inputs.extend_from_slice(&t.b);
-                let used = taylor_step(&t.sa, &t.b, &mut t.f, &mut t.w, &mut t.tmp, m, tol, n);
+                let used = taylor_step(&t.st, &t.b, &mut t.f, &mut t.w, &mut t.tmp, m, tol, n);
                 t.used.push(used);
                 for (bk, &fk) in t.b.iter_mut().zip(&t.f) {
                     *bk = eta * fk;
@@ -345,6 +350,8 @@ pub fn backward(
             abar.fill(0.0);
             let Vectors {
                 sa,
+                st,
+                p,
                 inputs,
                 used,
                 powers,
@@ -363,7 +370,7 @@ pub fn backward(
                 powers.resize(j_max.max(1) * n, 0.0);
                 for j in 1..j_max {
                     let (lo, hi) = powers.split_at_mut(j * n);
-                    matvec(sa, &lo[(j - 1) * n..], &mut hi[..n], n);
+                    vecmat(&lo[(j - 1) * n..j * n], st, &mut hi[..n], n, false);
                     let inv = 1.0 / j as f32;
                     hi[..n].iter_mut().for_each(|x| *x *= inv);
                 }
@@ -372,23 +379,22 @@ pub fn backward(
                 acc.clear();
                 acc.extend_from_slice(fbar);
                 next.resize(n, 0.0);
+                p.clear();
+                p.resize(j_max * n, 0.0);
                 for j in (1..=j_max).rev() {
+                    // Row j - 1 of P is acc / j: abar gets (1/j) acc w_{j-1}^T, summed over the
+                    // terms below in one pass.
                     let inv = 1.0 / j as f32;
-                    // abar += (1/j) acc w_{j-1}^T
-                    for i in 0..n {
-                        axpy(
-                            acc[i] * inv,
-                            &powers[(j - 1) * n..j * n],
-                            &mut abar[i * n..i * n + n],
-                        );
+                    let row = &mut p[(j - 1) * n..j * n];
+                    for (r, &x) in row.iter_mut().zip(acc.iter()) {
+                        *r = x * inv;
                     }
-                    // acc = fbar + (1/j) A'^T acc  (A'^T acc as a sum of scaled rows)
+                    // acc = fbar + (1/j) A'^T acc
                     next.copy_from_slice(fbar);
-                    for i in 0..n {
-                        axpy(acc[i] * inv, &sa[i * n..i * n + n], next);
-                    }
+                    vecmat(row, sa, next, n, true);
                     std::mem::swap(acc, next);
                 }
+                gemm_tn(p, powers, abar, n, j_max);
                 bbar.copy_from_slice(acc);
             }
             let bbar = &t.bbar;

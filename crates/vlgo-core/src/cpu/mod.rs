@@ -11,60 +11,59 @@ pub(crate) mod batch_norm;
 pub(crate) mod conv;
 pub(crate) mod expm;
 pub(crate) mod expmv;
+pub mod host;
 pub(crate) mod lu;
 pub mod simd;
 pub(crate) mod small;
 
 use burn::prelude::*;
-use burn::tensor::DType;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, FloatDType, TensorMetadata};
 use rayon::iter::plumbing::{Producer, ProducerCallback};
 use rayon::prelude::*;
 
 use crate::expm::expmv::KernelRecord;
 use crate::expm::{ExpmMethod, ExpmvConfig};
-
-fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data()
-        .to_vec::<f32>()
-        .expect("an f32 tensor reads back as f32")
-}
-
-fn device_tensor<B: Backend, const D: usize>(
-    data: Vec<f32>,
-    dims: [usize; D],
-    device: &B::Device,
-) -> Tensor<B, D> {
-    Tensor::from_data(TensorData::new(data, dims), (device, DType::F32))
-}
+use host::{Host, output};
 
 /// Whether the kernel takes this tensor (f32); other dtypes keep the tensor-op path.
-pub(crate) fn accepts<B: Backend, const D: usize>(t: &Tensor<B, D>) -> bool {
+pub(crate) fn accepts<B: Backend>(t: &FloatTensor<B>) -> bool {
     t.dtype() == DType::F32
 }
 
+/// An upstream gradient in f32 (autodiff may hand one over in another float dtype).
+fn in_f32<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
+    if accepts::<B>(&t) {
+        t
+    } else {
+        B::float_cast(t, FloatDType::F32)
+    }
+}
+
 /// exp(A) for a batch [N, n, n] of f32 matrices.
-pub(crate) fn expm_batch<B: Backend>(a: Tensor<B, 3>, method: ExpmMethod) -> Tensor<B, 3> {
-    let (dims, device) = (a.dims(), a.device());
+pub(crate) fn expm_batch<B: Host>(a: FloatTensor<B>, method: ExpmMethod) -> FloatTensor<B> {
+    let dims = a.shape().dims::<3>();
     let n = dims[1];
-    let input = host(a);
-    let mut out = vec![0.0f32; input.len()];
+    let input = B::read(&a);
+    let mut out = output(input.len());
     if n > 0 {
         let items = out.par_chunks_mut(n * n).zip(input.par_chunks(n * n));
         for_each_matrix(items, n, |ws, (o, a)| expm::forward(a, o, n, method, ws));
     }
-    device_tensor(out, dims, &device)
+    B::make(out, &dims)
 }
 
 /// The adjoint of A for a batch, given the adjoint of exp(A).
-pub(crate) fn expm_backward_batch<B: Backend>(
-    a: Tensor<B, 3>,
-    grad: Tensor<B, 3>,
+pub(crate) fn expm_backward_batch<B: Host>(
+    a: FloatTensor<B>,
+    grad: FloatTensor<B>,
     method: ExpmMethod,
-) -> Tensor<B, 3> {
-    let (dims, device) = (a.dims(), a.device());
+) -> FloatTensor<B> {
+    let dims = a.shape().dims::<3>();
     let n = dims[1];
-    let (input, grad) = (host(a), host(grad.cast(DType::F32)));
-    let mut out = vec![0.0f32; input.len()];
+    let grad = in_f32::<B>(grad);
+    let (input, grad) = (B::read(&a), B::read(&grad));
+    let mut out = output(input.len());
     if n > 0 {
         let items = out
             .par_chunks_mut(n * n)
@@ -73,7 +72,7 @@ pub(crate) fn expm_backward_batch<B: Backend>(
             expm::backward(a, g, o, n, method, ws)
         });
     }
-    device_tensor(out, dims, &device)
+    B::make(out, &dims)
 }
 
 /// Matrices per parallel job at least: tiny matrices are grouped so that a job holds about 4096
@@ -113,15 +112,16 @@ where
 }
 
 /// exp(A) v for a batch: A [N, n, n], v [N, n], with each matrix's route for the backward.
-pub(crate) fn expmv_batch<B: Backend>(
-    a: Tensor<B, 3>,
-    v: Tensor<B, 2>,
+pub(crate) fn expmv_batch<B: Host>(
+    a: FloatTensor<B>,
+    v: FloatTensor<B>,
     config: &ExpmvConfig,
-) -> (Tensor<B, 2>, Vec<KernelRecord>) {
-    let (dims, device) = (v.dims(), v.device());
+) -> (FloatTensor<B>, Vec<KernelRecord>) {
+    let dims = v.shape().dims::<2>();
     let n = dims[1];
-    let (a, v) = (host(a), host(v.cast(DType::F32)));
-    let mut y = vec![0.0f32; v.len()];
+    let v = in_f32::<B>(v);
+    let (a, v) = (B::read(&a), B::read(&v));
+    let mut y = output(v.len());
     let mut records = vec![KernelRecord::default(); dims[0]];
     if n > 0 {
         let items = y
@@ -132,26 +132,23 @@ pub(crate) fn expmv_batch<B: Backend>(
             *r = expmv::forward(a, v, y, n, config, ws)
         });
     }
-    (device_tensor(y, dims, &device), records)
+    (B::make(y, &dims), records)
 }
 
 /// Adjoints (Abar, vbar) of exp(A) v for a batch, given the adjoint of the output.
-pub(crate) fn expmv_backward_batch<B: Backend>(
-    a: Tensor<B, 3>,
-    v: Tensor<B, 2>,
-    grad: Tensor<B, 2>,
+pub(crate) fn expmv_backward_batch<B: Host>(
+    a: FloatTensor<B>,
+    v: FloatTensor<B>,
+    grad: FloatTensor<B>,
     config: &ExpmvConfig,
     records: &[KernelRecord],
-) -> (Tensor<B, 3>, Tensor<B, 2>) {
-    let (adims, vdims, device) = (a.dims(), v.dims(), v.device());
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (adims, vdims) = (a.shape().dims::<3>(), v.shape().dims::<2>());
     let n = vdims[1];
-    let (a, v, g) = (
-        host(a),
-        host(v.cast(DType::F32)),
-        host(grad.cast(DType::F32)),
-    );
-    let mut abar = vec![0.0f32; a.len()];
-    let mut vbar = vec![0.0f32; v.len()];
+    let (v, grad) = (in_f32::<B>(v), in_f32::<B>(grad));
+    let (a, v, g) = (B::read(&a), B::read(&v), B::read(&grad));
+    let mut abar = output(a.len());
+    let mut vbar = output(v.len());
     if n > 0 {
         let items = abar
             .par_chunks_mut(n * n)
@@ -165,20 +162,59 @@ pub(crate) fn expmv_backward_batch<B: Backend>(
             expmv::backward(a, v, g, ab, vb, n, config, records.get(i), ws)
         });
     }
-    (
-        device_tensor(abar, adims, &device),
-        device_tensor(vbar, vdims, &device),
-    )
+    (B::make(abar, &adims), B::make(vbar, &vdims))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::expm::dense;
-    use crate::testing::{TestBackend, rel_frobenius};
-    use burn::tensor::Distribution;
+    use crate::testing::rel_frobenius;
+    use burn::tensor::{Distribution, TensorPrimitive};
 
-    type B = TestBackend;
+    // The kernels run on the CPU backends only: the test backend when it is one.
+    #[cfg(feature = "test-flex")]
+    type B = burn::backend::Flex;
+    #[cfg(all(not(feature = "test-flex"), feature = "ndarray"))]
+    type B = burn::backend::NdArray;
+    #[cfg(all(not(feature = "test-flex"), not(feature = "ndarray")))]
+    type B = burn::backend::Flex;
+
+    fn prim<const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+        t.into_primitive().tensor()
+    }
+
+    fn tensor<const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+        Tensor::from_primitive(TensorPrimitive::Float(t))
+    }
+
+    fn expm_batch(a: Tensor<B, 3>, method: ExpmMethod) -> Tensor<B, 3> {
+        tensor(super::expm_batch::<B>(prim(a), method))
+    }
+
+    fn expm_backward_batch(a: Tensor<B, 3>, g: Tensor<B, 3>, method: ExpmMethod) -> Tensor<B, 3> {
+        tensor(super::expm_backward_batch::<B>(prim(a), prim(g), method))
+    }
+
+    fn expmv_batch(
+        a: Tensor<B, 3>,
+        v: Tensor<B, 2>,
+        config: &ExpmvConfig,
+    ) -> (Tensor<B, 2>, Vec<KernelRecord>) {
+        let (y, records) = super::expmv_batch::<B>(prim(a), prim(v), config);
+        (tensor(y), records)
+    }
+
+    fn expmv_backward_batch(
+        a: Tensor<B, 3>,
+        v: Tensor<B, 2>,
+        g: Tensor<B, 2>,
+        config: &ExpmvConfig,
+        records: &[KernelRecord],
+    ) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let (ab, vb) = super::expmv_backward_batch::<B>(prim(a), prim(v), prim(g), config, records);
+        (tensor(ab), tensor(vb))
+    }
 
     fn batch(count: usize, n: usize, norm: f64) -> Tensor<B, 3> {
         let device = Default::default();

@@ -75,6 +75,16 @@ fn matmul_body<F: Fma, const R: usize, const W: usize>(
             tile::<F, R, W>(a, b, c, n, (i0, j0), accumulate);
             i0 += R;
         }
+        // The rows left over (4 of 64 with 6-row tiles) in 4- and 2-row tiles: one row at a
+        // time would load a strip of B per two multiply-adds.
+        if R > 4 && i0 + 4 <= n {
+            tile::<F, 4, W>(a, b, c, n, (i0, j0), accumulate);
+            i0 += 4;
+        }
+        if R > 2 && i0 + 2 <= n {
+            tile::<F, 2, W>(a, b, c, n, (i0, j0), accumulate);
+            i0 += 2;
+        }
         while i0 < n {
             tile::<F, 1, W>(a, b, c, n, (i0, j0), accumulate);
             i0 += 1;
@@ -98,11 +108,160 @@ fn matmul_body<F: Fma, const R: usize, const W: usize>(
     }
 }
 
+/// y (+)= x^T M for a row-major n x n M: the product as one row of C = A B, so y stays in
+/// registers in W-wide strips while the rows of M stream past (no horizontal sums, unlike a
+/// row-by-row dot product).
+#[inline(always)]
+fn vecmat_body<F: Fma, const W: usize>(
+    x: &[f32],
+    m: &[f32],
+    y: &mut [f32],
+    n: usize,
+    accumulate: bool,
+) {
+    let mut j0 = 0;
+    while j0 + W <= n {
+        tile::<F, 1, W>(x, m, y, n, (0, j0), accumulate);
+        j0 += W;
+    }
+    while j0 + 8 <= n {
+        tile::<F, 1, 8>(x, m, y, n, (0, j0), accumulate);
+        j0 += 8;
+    }
+    for j in j0..n {
+        let mut s = if accumulate { y[j] } else { 0.0 };
+        for k in 0..n {
+            s = F::fma(x[k], m[k * n + j], s);
+        }
+        y[j] = s;
+    }
+}
+
+/// One R x W tile of C += P^T Q for P, Q of `depth` rows of length n (see [`gemm_tn`]).
+#[inline(always)]
+fn tile_tn<F: Fma, const R: usize, const W: usize>(
+    p: &[f32],
+    q: &[f32],
+    c: &mut [f32],
+    n: usize,
+    depth: usize,
+    (i0, j0): (usize, usize),
+) {
+    let mut acc = [[0f32; W]; R];
+    for (r, row) in acc.iter_mut().enumerate() {
+        row.copy_from_slice(&c[(i0 + r) * n + j0..(i0 + r) * n + j0 + W]);
+    }
+    for (p_row, q_row) in p.chunks_exact(n).zip(q.chunks_exact(n)).take(depth) {
+        let strip: &[f32; W] = q_row[j0..j0 + W].try_into().unwrap();
+        let xs: &[f32; R] = p_row[i0..i0 + R].try_into().unwrap();
+        for (row, &x) in acc.iter_mut().zip(xs) {
+            for j in 0..W {
+                row[j] = F::fma(x, strip[j], row[j]);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        c[(i0 + r) * n + j0..(i0 + r) * n + j0 + W].copy_from_slice(row);
+    }
+}
+
+/// C += P^T Q, in the tiles of [`matmul_body`].
+#[inline(always)]
+fn gemm_tn_body<F: Fma, const R: usize, const W: usize>(
+    p: &[f32],
+    q: &[f32],
+    c: &mut [f32],
+    n: usize,
+    depth: usize,
+) {
+    let mut j0 = 0;
+    while j0 + W <= n {
+        let mut i0 = 0;
+        while i0 + R <= n {
+            tile_tn::<F, R, W>(p, q, c, n, depth, (i0, j0));
+            i0 += R;
+        }
+        while i0 < n {
+            tile_tn::<F, 1, W>(p, q, c, n, depth, (i0, j0));
+            i0 += 1;
+        }
+        j0 += W;
+    }
+    while j0 + 8 <= n {
+        for i0 in 0..n {
+            tile_tn::<F, 1, 8>(p, q, c, n, depth, (i0, j0));
+        }
+        j0 += 8;
+    }
+    for j in j0..n {
+        for i in 0..n {
+            let mut s = c[i * n + j];
+            for k in 0..depth {
+                s = F::fma(p[k * n + i], q[k * n + j], s);
+            }
+            c[i * n + j] = s;
+        }
+    }
+}
+
+/// out (+)= sum_t c_t x_t in one pass, W entries at a time held in registers across the terms
+/// (the same multiply-adds in the same order as one axpy per term).
+#[inline(always)]
+fn lin_comb_body<F: Fma, const W: usize>(
+    terms: &[(&[f32], f32)],
+    out: &mut [f32],
+    accumulate: bool,
+) {
+    let len = out.len();
+    let full = len / W * W;
+    for j0 in (0..full).step_by(W) {
+        let mut acc = [0f32; W];
+        if accumulate {
+            acc.copy_from_slice(&out[j0..j0 + W]);
+        }
+        for &(x, c) in terms {
+            let xv: &[f32; W] = x[j0..j0 + W].try_into().unwrap();
+            for j in 0..W {
+                acc[j] = F::fma(c, xv[j], acc[j]);
+            }
+        }
+        out[j0..j0 + W].copy_from_slice(&acc);
+    }
+    for j in full..len {
+        let mut acc = if accumulate { out[j] } else { 0.0 };
+        for &(x, c) in terms {
+            acc = F::fma(c, x[j], acc);
+        }
+        out[j] = acc;
+    }
+}
+
 /// y += alpha x.
 #[inline(always)]
 fn axpy_body<F: Fma>(alpha: f32, x: &[f32], y: &mut [f32]) {
     for (y_j, &x_j) in y.iter_mut().zip(x) {
         *y_j = F::fma(alpha, x_j, *y_j);
+    }
+}
+
+/// y += alpha x in explicit 8-wide strips, then single entries: for the short rows of the
+/// factorisation, where a loop unrolled for long vectors would spend its time in the remainder.
+#[inline(always)]
+fn axpy_strips<F: Fma>(alpha: f32, x: &[f32], y: &mut [f32]) {
+    let mut ys = y.chunks_exact_mut(8);
+    let mut xs = x.chunks_exact(8);
+    for (yc, xc) in (&mut ys).zip(&mut xs) {
+        // Both strips are read into values before the write, so that the compiler need not
+        // prove the rows apart and the eight lanes become one vector operation.
+        let xv: [f32; 8] = xc.try_into().unwrap();
+        let mut yv: [f32; 8] = (&*yc).try_into().unwrap();
+        for j in 0..8 {
+            yv[j] = F::fma(alpha, xv[j], yv[j]);
+        }
+        yc.copy_from_slice(&yv);
+    }
+    for (yj, &xj) in ys.into_remainder().iter_mut().zip(xs.remainder()) {
+        *yj = F::fma(alpha, xj, *yj);
     }
 }
 
@@ -126,9 +285,11 @@ fn matvec_body<F: Fma>(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
     }
 }
 
-/// LU with partial pivoting in place (see [`lu_factor`]).
+/// LU with partial pivoting (see [`lu_factor`]). Every row update starts at a multiple of 8
+/// columns, so it runs in whole vectors: the columns it touches left of the diagonal are no
+/// longer part of U, and the multipliers live in `l`, so nothing there is read again.
 #[inline(always)]
-fn lu_factor_body<F: Fma>(a: &mut [f32], perm: &mut [usize], n: usize) {
+fn lu_factor_body<F: Fma>(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
     for (i, p) in perm.iter_mut().enumerate().take(n) {
         *p = i;
     }
@@ -143,53 +304,97 @@ fn lu_factor_body<F: Fma>(a: &mut [f32], perm: &mut [usize], n: usize) {
             }
         }
         if piv != k {
-            for j in 0..n {
-                a.swap(k * n + j, piv * n + j);
-            }
+            // piv > k: the two rows lie on either side of a split, so they swap as slices.
+            let (upper, lower) = a.split_at_mut(piv * n);
+            upper[k * n..k * n + n].swap_with_slice(&mut lower[..n]);
+            let (upper, lower) = l.split_at_mut(piv * n);
+            upper[k * n..k * n + k].swap_with_slice(&mut lower[..k]);
             perm.swap(k, piv);
         }
         let inv = 1.0 / a[k * n + k];
+        let start = (k + 1) / 8 * 8;
         let (top, rest) = a.split_at_mut((k + 1) * n);
-        let pivot_row = &top[k * n + k + 1..k * n + n];
-        for row in rest.chunks_exact_mut(n) {
-            let l = row[k] * inv;
-            row[k] = l;
-            if l != 0.0 {
-                axpy_body::<F>(-l, pivot_row, &mut row[k + 1..n]);
+        let pivot_row = &top[k * n + start..k * n + n];
+        for (r, row) in rest.chunks_exact_mut(n).enumerate() {
+            let m = row[k] * inv;
+            l[(k + 1 + r) * n + k] = m;
+            if m != 0.0 {
+                axpy_strips::<F>(-m, pivot_row, &mut row[start..n]);
             }
         }
     }
 }
 
-/// Solve with the LU factors (see [`lu_solve`]).
+/// Row i of X, W columns from j0: x_i <- scale (x_i - sum_{k in ks} coef_k x_k), the strip held
+/// in registers while the rows x_k stream past.
 #[inline(always)]
-fn lu_solve_body<F: Fma>(lu: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
+fn strip_update<F: Fma, const W: usize>(
+    coef: &[f32],
+    ks: std::ops::Range<usize>,
+    x: &mut [f32],
+    (i, j0): (usize, usize),
+    n: usize,
+    scale: f32,
+) {
+    let mut acc = [0f32; W];
+    acc.copy_from_slice(&x[i * n + j0..i * n + j0 + W]);
+    for k in ks {
+        let c = -coef[k];
+        let row: &[f32; W] = x[k * n + j0..k * n + j0 + W].try_into().unwrap();
+        for j in 0..W {
+            acc[j] = F::fma(c, row[j], acc[j]);
+        }
+    }
+    for v in acc.iter_mut() {
+        *v *= scale;
+    }
+    x[i * n + j0..i * n + j0 + W].copy_from_slice(&acc);
+}
+
+/// [`strip_update`] across the whole row: W-wide strips, then 8-wide, then single columns.
+#[inline(always)]
+fn row_update<F: Fma, const W: usize>(
+    coef: &[f32],
+    ks: std::ops::Range<usize>,
+    x: &mut [f32],
+    i: usize,
+    n: usize,
+    scale: f32,
+) {
+    let mut j0 = 0;
+    while j0 + W <= n {
+        strip_update::<F, W>(coef, ks.clone(), x, (i, j0), n, scale);
+        j0 += W;
+    }
+    while j0 + 8 <= n {
+        strip_update::<F, 8>(coef, ks.clone(), x, (i, j0), n, scale);
+        j0 += 8;
+    }
+    while j0 < n {
+        strip_update::<F, 1>(coef, ks.clone(), x, (i, j0), n, scale);
+        j0 += 1;
+    }
+}
+
+/// Solve with the factors of [`lu_factor`] (see [`lu_solve`]).
+#[inline(always)]
+fn lu_solve_body<F: Fma, const W: usize>(
+    u: &[f32],
+    l: &[f32],
+    perm: &[usize],
+    b: &mut [f32],
+    tmp: &mut [f32],
+    n: usize,
+) {
     for (i, &p) in perm.iter().enumerate().take(n) {
         tmp[i * n..i * n + n].copy_from_slice(&b[p * n..p * n + n]);
     }
     for i in 1..n {
-        let (done, row) = tmp.split_at_mut(i * n);
-        let row = &mut row[..n];
-        for k in 0..i {
-            let l = lu[i * n + k];
-            if l != 0.0 {
-                axpy_body::<F>(-l, &done[k * n..k * n + n], row);
-            }
-        }
+        row_update::<F, W>(&l[i * n..i * n + n], 0..i, tmp, i, n, 1.0);
     }
     for i in (0..n).rev() {
-        let (head, tail) = tmp.split_at_mut((i + 1) * n);
-        let row = &mut head[i * n..i * n + n];
-        for k in i + 1..n {
-            let u = lu[i * n + k];
-            if u != 0.0 {
-                axpy_body::<F>(-u, &tail[(k - i - 1) * n..(k - i - 1) * n + n], row);
-            }
-        }
-        let inv = 1.0 / lu[i * n + i];
-        for x in row.iter_mut() {
-            *x *= inv;
-        }
+        let inv = 1.0 / u[i * n + i];
+        row_update::<F, W>(&u[i * n..i * n + n], i + 1..n, tmp, i, n, inv);
     }
     b[..n * n].copy_from_slice(&tmp[..n * n]);
 }
@@ -203,20 +408,39 @@ macro_rules! instantiate {
                 matmul_body::<$fma, $rows, $width>(a, b, c, n, acc)
             }
             $(#[target_feature(enable = $feature)])*
+            pub unsafe fn lin_comb(terms: &[(&[f32], f32)], out: &mut [f32], acc: bool) {
+                lin_comb_body::<$fma, { 2 * $width }>(terms, out, acc)
+            }
+            $(#[target_feature(enable = $feature)])*
             pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
                 axpy_body::<$fma>(alpha, x, y)
             }
             $(#[target_feature(enable = $feature)])*
-            pub unsafe fn lu_factor(a: &mut [f32], perm: &mut [usize], n: usize) {
-                lu_factor_body::<$fma>(a, perm, n)
+            pub unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
+                lu_factor_body::<$fma>(a, l, perm, n)
             }
             $(#[target_feature(enable = $feature)])*
-            pub unsafe fn lu_solve(lu: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
-                lu_solve_body::<$fma>(lu, perm, b, tmp, n)
+            pub unsafe fn lu_solve(
+                u: &[f32],
+                l: &[f32],
+                perm: &[usize],
+                b: &mut [f32],
+                tmp: &mut [f32],
+                n: usize,
+            ) {
+                lu_solve_body::<$fma, { 4 * $width }>(u, l, perm, b, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
                 matvec_body::<$fma>(a, x, y, n)
+            }
+            $(#[target_feature(enable = $feature)])*
+            pub unsafe fn vecmat(x: &[f32], m: &[f32], y: &mut [f32], n: usize, acc: bool) {
+                vecmat_body::<$fma, { 4 * $width }>(x, m, y, n, acc)
+            }
+            $(#[target_feature(enable = $feature)])*
+            pub unsafe fn gemm_tn(p: &[f32], q: &[f32], c: &mut [f32], n: usize, depth: usize) {
+                gemm_tn_body::<$fma, $rows, $width>(p, q, c, n, depth)
             }
         }
     };
@@ -293,6 +517,13 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     dispatch!(axpy(alpha, x, y))
 }
 
+/// out = sum_t c_t x_t (`accumulate` false) or out += sum_t c_t x_t, in one pass over out;
+/// every x_t is at least as long as out.
+pub fn lin_comb(terms: &[(&[f32], f32)], out: &mut [f32], accumulate: bool) {
+    debug_assert!(terms.iter().all(|(x, _)| x.len() >= out.len()));
+    dispatch!(lin_comb(terms, out, accumulate))
+}
+
 /// y = A x, row-major n x n.
 pub fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
     if n < SMALL {
@@ -304,24 +535,48 @@ pub fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
     dispatch!(matvec(a, x, y, n))
 }
 
-/// Factors `a` (row-major n x n) in place into L (unit lower, below the diagonal) and U with
-/// partial pivoting; `perm[i]` is the original row of row i. A zero or NaN pivot leaves Inf/NaN in
-/// the factors (the solve then returns non-finite values), never a panic.
-pub fn lu_factor(a: &mut [f32], perm: &mut [usize], n: usize) {
-    dispatch!(lu_factor(a, perm, n))
+/// y = x^T M (`accumulate` false) or y += x^T M for a row-major n x n M; with M = A^T this is
+/// A x, and much faster than [`matvec`] for n >= 16 (no horizontal sums).
+pub fn vecmat(x: &[f32], m: &[f32], y: &mut [f32], n: usize, accumulate: bool) {
+    debug_assert!(x.len() >= n && m.len() >= n * n && y.len() >= n);
+    dispatch!(vecmat(x, m, y, n, accumulate))
+}
+
+/// C += P^T Q for P and Q of `depth` rows of length n (row-major) and C n x n: a sum of
+/// `depth` outer products p_k q_k^T in one pass over C.
+pub fn gemm_tn(p: &[f32], q: &[f32], c: &mut [f32], n: usize, depth: usize) {
+    debug_assert!(p.len() >= depth * n && q.len() >= depth * n && c.len() >= n * n);
+    dispatch!(gemm_tn(p, q, c, n, depth))
+}
+
+/// Factors `a` (row-major n x n) with partial pivoting: U in the upper triangle of `a` (what lies
+/// below it is scratch), the unit lower L strictly below the diagonal of `l`; `perm[i]` is the
+/// original row of row i. A zero or NaN pivot leaves Inf/NaN in the factors (the solve then
+/// returns non-finite values), never a panic.
+pub fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
+    debug_assert!(a.len() >= n * n && l.len() >= n * n && perm.len() >= n);
+    dispatch!(lu_factor(a, l, perm, n))
 }
 
 /// Solves A X = B from the factors of [`lu_factor`]; `b` (n x n) is overwritten by X, `tmp` is
 /// n x n scratch.
-pub fn lu_solve(lu: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
-    dispatch!(lu_solve(lu, perm, b, tmp, n))
+pub fn lu_solve(u: &[f32], l: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
+    debug_assert!(u.len() >= n * n && l.len() >= n * n && b.len() >= n * n && tmp.len() >= n * n);
+    dispatch!(lu_solve(u, l, perm, b, tmp, n))
 }
 
-/// Transpose of a row-major n x n matrix.
+/// Transpose of a row-major n x n matrix, in 8 x 8 blocks so that reads and writes both stay
+/// within a few cache lines at a time.
 pub fn transpose(a: &[f32], out: &mut [f32], n: usize) {
-    for i in 0..n {
-        for j in 0..n {
-            out[j * n + i] = a[i * n + j];
+    const BLOCK: usize = 8;
+    let (a, out) = (&a[..n * n], &mut out[..n * n]);
+    for i0 in (0..n).step_by(BLOCK) {
+        for j0 in (0..n).step_by(BLOCK) {
+            for i in i0..(i0 + BLOCK).min(n) {
+                for j in j0..(j0 + BLOCK).min(n) {
+                    out[j * n + i] = a[i * n + j];
+                }
+            }
         }
     }
 }
@@ -364,6 +619,36 @@ mod tests {
             for i in 0..n {
                 let want: f64 = (0..n).map(|k| a[i * n + k] as f64 * b[k] as f64).sum();
                 assert!((v[i] as f64 - want).abs() < 1e-4 * (1.0 + want.abs()));
+            }
+            // x^T B, fresh and added to what y holds.
+            let mut y = vec![2.0f32; n];
+            vecmat(&a[..n], &b, &mut y, n, true);
+            let mut fresh = vec![f32::NAN; n];
+            vecmat(&a[..n], &b, &mut fresh, n, false);
+            for j in 0..n {
+                let want: f64 = (0..n).map(|k| a[k] as f64 * b[k * n + j] as f64).sum();
+                assert!(
+                    (y[j] as f64 - want - 2.0).abs() < 1e-4 * (1.0 + want.abs()),
+                    "n = {n}"
+                );
+                assert!(
+                    (fresh[j] as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+                    "n = {n}"
+                );
+            }
+            // C += P^T Q with 3 rows: the sum of three outer products.
+            let depth = 3.min(n);
+            let mut c = vec![1.0f32; n * n];
+            gemm_tn(&a, &b, &mut c, n, depth);
+            for i in 0..n {
+                for j in 0..n {
+                    let want: f64 = (0..depth)
+                        .map(|k| a[k * n + i] as f64 * b[k * n + j] as f64)
+                        .sum::<f64>()
+                        + 1.0;
+                    let got = c[i * n + j] as f64;
+                    assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "n = {n}");
+                }
             }
         }
     }

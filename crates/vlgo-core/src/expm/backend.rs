@@ -76,12 +76,11 @@ pub trait ExpmBackend: Backend {
 macro_rules! cpu_kernel_methods {
     () => {
         fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
-            let a: Tensor<Self, 3> = wrap(a);
-            unwrap(if crate::cpu::accepts(&a) {
-                crate::cpu::expm_batch(a, method)
+            if crate::cpu::accepts::<Self>(&a) {
+                crate::cpu::expm_batch::<Self>(a, method)
             } else {
-                tensor_ops::expm(a, method)
-            })
+                unwrap(tensor_ops::expm::<Self>(wrap(a), method))
+            }
         }
 
         fn expm_backward(
@@ -89,12 +88,15 @@ macro_rules! cpu_kernel_methods {
             grad: FloatTensor<Self>,
             method: ExpmMethod,
         ) -> FloatTensor<Self> {
-            let a: Tensor<Self, 3> = wrap(a);
-            unwrap(if crate::cpu::accepts(&a) {
-                crate::cpu::expm_backward_batch(a, wrap(grad), method)
+            if crate::cpu::accepts::<Self>(&a) {
+                crate::cpu::expm_backward_batch::<Self>(a, grad, method)
             } else {
-                tensor_ops::expm_backward(a, wrap(grad), method)
-            })
+                unwrap(tensor_ops::expm_backward::<Self>(
+                    wrap(a),
+                    wrap(grad),
+                    method,
+                ))
+            }
         }
 
         fn expmv_checkpointed(
@@ -102,12 +104,11 @@ macro_rules! cpu_kernel_methods {
             v: FloatTensor<Self>,
             config: ExpmvConfig,
         ) -> (Tensor<Self, 2>, ExpmvCheckpoints<Self>) {
-            let a: Tensor<Self, 3> = wrap(a);
-            if crate::cpu::accepts(&a) {
-                let (y, records) = crate::cpu::expmv_batch(a, wrap(v), &config);
-                (y, ExpmvCheckpoints::for_kernel(config, records))
+            if crate::cpu::accepts::<Self>(&a) {
+                let (y, records) = crate::cpu::expmv_batch::<Self>(a, v, &config);
+                (wrap(y), ExpmvCheckpoints::for_kernel(config, records))
             } else {
-                expmv::expmv_forward::<Self>(a, wrap(v), &config)
+                expmv::expmv_forward::<Self>(wrap(a), wrap(v), &config)
             }
         }
 
@@ -117,18 +118,13 @@ macro_rules! cpu_kernel_methods {
             grad: FloatTensor<Self>,
             saved: &ExpmvCheckpoints<Self>,
         ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-            let (abar, vbar) = if saved.kernel {
-                crate::cpu::expmv_backward_batch::<Self>(
-                    wrap(a),
-                    wrap(v),
-                    wrap(grad),
-                    &saved.config,
-                    &saved.records,
-                )
+            if saved.kernel {
+                crate::cpu::expmv_backward_batch::<Self>(a, v, grad, &saved.config, &saved.records)
             } else {
-                expmv::expmv_backward::<Self>(wrap(a), wrap(v), wrap(grad), saved)
-            };
-            (unwrap(abar), unwrap(vbar))
+                let (abar, vbar) =
+                    expmv::expmv_backward::<Self>(wrap(a), wrap(v), wrap(grad), saved);
+                (unwrap(abar), unwrap(vbar))
+            }
         }
     };
 }

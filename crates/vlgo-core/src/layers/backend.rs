@@ -141,21 +141,12 @@ mod tensor_ops {
 /// [`tensor_ops`].
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod kernels {
-    use std::borrow::Cow;
-
     use burn::tensor::{DType, TensorMetadata};
 
     use super::*;
     use crate::cpu::batch_norm::{self as bn, NormShape};
     use crate::cpu::conv::{self, ConvShape};
-
-    /// How the kernels read a backend's f32 tensors and hand their results back.
-    pub trait Host: Backend {
-        /// The entries in row-major order (borrowed where the backend allows).
-        fn read(t: &FloatTensor<Self>) -> Cow<'_, [f32]>;
-        /// A tensor of the given shape from row-major entries.
-        fn make(data: Vec<f32>, dims: &[usize]) -> FloatTensor<Self>;
-    }
+    pub use crate::cpu::host::Host;
 
     fn f32s<B: Backend>(tensors: &[&FloatTensor<B>]) -> bool {
         tensors.iter().all(|t| t.dtype() == DType::F32)
@@ -301,7 +292,7 @@ mod kernels {
     }
 }
 
-/// The trait's methods on a [`kernels::Host`] backend.
+/// The trait's methods on a [`Host`](crate::cpu::host::Host) backend.
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 macro_rules! kernel_methods {
     () => {
@@ -352,87 +343,22 @@ macro_rules! kernel_methods {
     };
 }
 
-/// `NdArray`'s buffers are copied in and out (its arrays may be views of any layout).
+/// The CPU backends lend their buffers to the kernels ([`crate::cpu::host`]).
 #[cfg(feature = "ndarray")]
-mod ndarray_impl {
-    use std::borrow::Cow;
-
-    use burn_ndarray::{
-        FloatNdArrayElement, IntNdArrayElement, NdArray, NdArrayTensor, QuantElement, SharedArray,
-    };
-
-    use super::*;
-
-    impl<E, I, Q> kernels::Host for NdArray<E, I, Q>
-    where
-        E: FloatNdArrayElement,
-        I: IntNdArrayElement,
-        Q: QuantElement,
-        NdArrayTensor: From<SharedArray<E>>,
-        NdArrayTensor: From<SharedArray<I>>,
-    {
-        fn read(t: &FloatTensor<Self>) -> Cow<'_, [f32]> {
-            let data = wrap::<Self, 1>(t.clone()).into_data();
-            Cow::Owned(
-                data.to_vec::<f32>()
-                    .expect("the kernels take f32 tensors only"),
-            )
-        }
-
-        fn make(data: Vec<f32>, dims: &[usize]) -> FloatTensor<Self> {
-            use burn::tensor::ops::FloatTensorOps;
-            Self::float_from_data(TensorData::new(data, dims.to_vec()), &Default::default())
-        }
-    }
-
-    impl<E, I, Q> LayerBackend for NdArray<E, I, Q>
-    where
-        E: FloatNdArrayElement,
-        I: IntNdArrayElement,
-        Q: QuantElement,
-        NdArrayTensor: From<SharedArray<E>>,
-        NdArrayTensor: From<SharedArray<I>>,
-    {
-        kernel_methods!();
-    }
+impl<E, I, Q> LayerBackend for burn_ndarray::NdArray<E, I, Q>
+where
+    E: burn_ndarray::FloatNdArrayElement,
+    I: burn_ndarray::IntNdArrayElement,
+    Q: burn_ndarray::QuantElement,
+    burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<E>>,
+    burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<I>>,
+{
+    kernel_methods!();
 }
 
-/// `Flex` lends its buffers: the kernels read contiguous f32 storage in place and hand their
-/// outputs over without a copy.
 #[cfg(feature = "flex")]
-mod flex_impl {
-    use std::borrow::Cow;
-
-    use burn::tensor::{Bytes, DType, Shape};
-    use burn_flex::{Flex, FlexTensor, Layout};
-
-    use super::*;
-
-    impl kernels::Host for Flex {
-        fn read(t: &FlexTensor) -> Cow<'_, [f32]> {
-            match t.as_slice::<f32>() {
-                Some(s) => Cow::Borrowed(s),
-                None => Cow::Owned(
-                    t.to_contiguous()
-                        .as_slice::<f32>()
-                        .expect("a contiguous f32 tensor")
-                        .to_vec(),
-                ),
-            }
-        }
-
-        fn make(data: Vec<f32>, dims: &[usize]) -> FlexTensor {
-            FlexTensor::new(
-                Bytes::from_elems(data),
-                Layout::contiguous(Shape::from(dims.to_vec())),
-                DType::F32,
-            )
-        }
-    }
-
-    impl LayerBackend for Flex {
-        kernel_methods!();
-    }
+impl LayerBackend for burn_flex::Flex {
+    kernel_methods!();
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
