@@ -199,6 +199,33 @@ fn bench_matmul(n: usize) {
     );
 }
 
+/// Single-thread time of the kernel's pivoted LU factorisation and solve with n right-hand
+/// sides (8 n^3 / 3 flops), for comparison with the product.
+fn bench_lu(n: usize) {
+    use vlgo_core::cpu::simd::{lu_factor, lu_solve};
+    // Diagonally weak, so that the factorisation exchanges rows.
+    let a: Vec<f32> = (0..n * n)
+        .map(|k| ((k * 37 % 11) as f32 - 5.0) / 7.0 + if k % (n + 1) == 0 { 0.1 } else { 0.0 })
+        .collect();
+    let b: Vec<f32> = (0..n * n).map(|k| (k % 5) as f32 * 0.1).collect();
+    let (mut u, mut l, mut x, mut tmp) = (a.clone(), vec![0.0; n * n], b.clone(), vec![0.0; n * n]);
+    let mut perm = vec![0; n];
+    let reps = 10_000;
+    let s = time(3, || {
+        for _ in 0..reps {
+            u.copy_from_slice(&a);
+            x.copy_from_slice(&b);
+            lu_factor(&mut u, &mut l, &mut perm, n);
+            lu_solve(&u, &l, &perm, &mut x, &mut tmp, n);
+        }
+    });
+    let gflops = reps as f64 * 8.0 * (n * n * n) as f64 / 3.0 / s / 1e9;
+    println!(
+        "kernel LU factor + solve {n}x{n}, one thread: {:.2} us, {gflops:.0} GFLOP/s",
+        s / reps as f64 * 1e6
+    );
+}
+
 fn main() {
     let args = args();
     println!(
@@ -206,6 +233,7 @@ fn main() {
         vlgo_core::cpu::simd::isa()
     );
     bench_matmul(args.n);
+    bench_lu(args.n);
     if std::env::args().any(|a| a == "--matmul-only") {
         return;
     }

@@ -565,19 +565,84 @@ pub fn lu_solve(u: &[f32], l: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [
     dispatch!(lu_solve(u, l, perm, b, tmp, n))
 }
 
-/// Transpose of a row-major n x n matrix, in 8 x 8 blocks so that reads and writes both stay
-/// within a few cache lines at a time.
+/// Transpose of a row-major n x n matrix, in 8 x 8 blocks (in registers where the CPU has AVX).
 pub fn transpose(a: &[f32], out: &mut [f32], n: usize) {
-    const BLOCK: usize = 8;
     let (a, out) = (&a[..n * n], &mut out[..n * n]);
+    #[cfg(target_arch = "x86_64")]
+    if isa() != Isa::Portable {
+        // SAFETY: `isa()` reported AVX2 (or AVX-512, which implies it); both slices hold n x n.
+        unsafe { avx_transpose(a, out, n) };
+        return;
+    }
+    transpose_blocks(a, out, n, 0);
+}
+
+/// Scalar transpose of the blocks from row and column `from` on, plus the edges: all of it
+/// for `from` = 0.
+fn transpose_blocks(a: &[f32], out: &mut [f32], n: usize, from: usize) {
+    const BLOCK: usize = 8;
     for i0 in (0..n).step_by(BLOCK) {
         for j0 in (0..n).step_by(BLOCK) {
+            if i0 + BLOCK <= from && j0 + BLOCK <= from {
+                continue;
+            }
             for i in i0..(i0 + BLOCK).min(n) {
                 for j in j0..(j0 + BLOCK).min(n) {
                     out[j * n + i] = a[i * n + j];
                 }
             }
         }
+    }
+}
+
+/// The full 8 x 8 blocks through the register transpose (unpack, shuffle, lane permute), the
+/// edges through [`transpose_blocks`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn avx_transpose(a: &[f32], out: &mut [f32], n: usize) {
+    use std::arch::x86_64::*;
+    let full = n / 8 * 8;
+    for i0 in (0..full).step_by(8) {
+        for j0 in (0..full).step_by(8) {
+            // SAFETY: rows i0..i0+8 and columns j0..j0+8 lie inside the n x n matrix, so every
+            // 8-float load and store stays within its slice.
+            unsafe {
+                let r: [__m256; 8] =
+                    std::array::from_fn(|k| _mm256_loadu_ps(a.as_ptr().add((i0 + k) * n + j0)));
+                let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+                let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+                let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+                let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+                let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+                let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+                let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let c = [
+                    _mm256_permute2f128_ps::<0x20>(s0, s4),
+                    _mm256_permute2f128_ps::<0x20>(s1, s5),
+                    _mm256_permute2f128_ps::<0x20>(s2, s6),
+                    _mm256_permute2f128_ps::<0x20>(s3, s7),
+                    _mm256_permute2f128_ps::<0x31>(s0, s4),
+                    _mm256_permute2f128_ps::<0x31>(s1, s5),
+                    _mm256_permute2f128_ps::<0x31>(s2, s6),
+                    _mm256_permute2f128_ps::<0x31>(s3, s7),
+                ];
+                for (k, v) in c.into_iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add((j0 + k) * n + i0), v);
+                }
+            }
+        }
+    }
+    if full < n {
+        transpose_blocks(a, out, n, full);
     }
 }
 
@@ -594,6 +659,20 @@ mod tests {
                     .sum()
             })
             .collect()
+    }
+
+    #[test]
+    fn transpose_moves_every_entry_for_every_edge_case() {
+        for n in [1, 5, 8, 13, 64, 67] {
+            let a: Vec<f32> = (0..n * n).map(|k| k as f32).collect();
+            let mut t = vec![f32::NAN; n * n];
+            transpose(&a, &mut t, n);
+            for i in 0..n {
+                for j in 0..n {
+                    assert_eq!(t[j * n + i], a[i * n + j], "n = {n}, ({i}, {j})");
+                }
+            }
+        }
     }
 
     #[test]
