@@ -244,27 +244,6 @@ fn axpy_body<F: Fma>(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// y += alpha x in explicit 8-wide strips, then single entries: for the short rows of the
-/// factorisation, where a loop unrolled for long vectors would spend its time in the remainder.
-#[inline(always)]
-fn axpy_strips<F: Fma>(alpha: f32, x: &[f32], y: &mut [f32]) {
-    let mut ys = y.chunks_exact_mut(8);
-    let mut xs = x.chunks_exact(8);
-    for (yc, xc) in (&mut ys).zip(&mut xs) {
-        // Both strips are read into values before the write, so that the compiler need not
-        // prove the rows apart and the eight lanes become one vector operation.
-        let xv: [f32; 8] = xc.try_into().unwrap();
-        let mut yv: [f32; 8] = (&*yc).try_into().unwrap();
-        for j in 0..8 {
-            yv[j] = F::fma(alpha, xv[j], yv[j]);
-        }
-        yc.copy_from_slice(&yv);
-    }
-    for (yj, &xj) in ys.into_remainder().iter_mut().zip(xs.remainder()) {
-        *yj = F::fma(alpha, xj, *yj);
-    }
-}
-
 /// y = A x for a row-major n x n A (eight partial sums per row keep the adds independent).
 #[inline(always)]
 fn matvec_body<F: Fma>(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
@@ -285,14 +264,23 @@ fn matvec_body<F: Fma>(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
     }
 }
 
-/// LU with partial pivoting (see [`lu_factor`]). Every row update starts at a multiple of 8
-/// columns, so it runs in whole vectors: the columns it touches left of the diagonal are no
-/// longer part of U, and the multipliers live in `l`, so nothing there is read again.
+/// LU with partial pivoting (see [`lu_factor`]), right-looking. The multipliers of a step are
+/// gathered first; the update then runs strip by strip, each W-wide strip of the pivot row held
+/// in registers while the rows below stream past (one multiply-add per row and vector, no
+/// per-row set-up). Every strip starts at a multiple of 8 columns: the columns it touches left of
+/// the diagonal are no longer part of U, and the multipliers live in `l`, so nothing there is
+/// read again.
 #[inline(always)]
-fn lu_factor_body<F: Fma>(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
+fn lu_factor_body<F: Fma, const W: usize>(
+    a: &mut [f32],
+    l: &mut [f32],
+    perm: &mut [usize],
+    n: usize,
+) {
     for (i, p) in perm.iter_mut().enumerate().take(n) {
         *p = i;
     }
+    let mut mult = vec![0.0f32; n];
     for k in 0..n {
         let mut piv = k;
         let mut best = a[k * n + k].abs();
@@ -312,16 +300,48 @@ fn lu_factor_body<F: Fma>(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: u
             perm.swap(k, piv);
         }
         let inv = 1.0 / a[k * n + k];
-        let start = (k + 1) / 8 * 8;
-        let (top, rest) = a.split_at_mut((k + 1) * n);
-        let pivot_row = &top[k * n + start..k * n + n];
-        for (r, row) in rest.chunks_exact_mut(n).enumerate() {
-            let m = row[k] * inv;
-            l[(k + 1 + r) * n + k] = m;
-            if m != 0.0 {
-                axpy_strips::<F>(-m, pivot_row, &mut row[start..n]);
-            }
+        let rows = n - k - 1;
+        for (r, m) in mult[..rows].iter_mut().enumerate() {
+            let i = k + 1 + r;
+            *m = a[i * n + k] * inv;
+            l[i * n + k] = *m;
         }
+        let (top, rest) = a.split_at_mut((k + 1) * n);
+        let pivot_row = &top[k * n..k * n + n];
+        let mult = &mult[..rows];
+        let mut j0 = (k + 1) / 8 * 8;
+        while j0 + W <= n {
+            rank1_strip::<F, W>(pivot_row, mult, rest, n, j0);
+            j0 += W;
+        }
+        while j0 + 8 <= n {
+            rank1_strip::<F, 8>(pivot_row, mult, rest, n, j0);
+            j0 += 8;
+        }
+        while j0 < n {
+            rank1_strip::<F, 1>(pivot_row, mult, rest, n, j0);
+            j0 += 1;
+        }
+    }
+}
+
+/// rows[r][j0..j0 + W] -= mult[r] pivot[j0..j0 + W] for every row below the pivot.
+#[inline(always)]
+fn rank1_strip<F: Fma, const W: usize>(
+    pivot: &[f32],
+    mult: &[f32],
+    rows: &mut [f32],
+    n: usize,
+    j0: usize,
+) {
+    let p: [f32; W] = pivot[j0..j0 + W].try_into().unwrap();
+    for (row, &m) in rows.chunks_exact_mut(n).zip(mult) {
+        let strip: &mut [f32; W] = (&mut row[j0..j0 + W]).try_into().unwrap();
+        let mut v = *strip;
+        for j in 0..W {
+            v[j] = F::fma(-m, p[j], v[j]);
+        }
+        *strip = v;
     }
 }
 
@@ -417,7 +437,7 @@ macro_rules! instantiate {
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
-                lu_factor_body::<$fma>(a, l, perm, n)
+                lu_factor_body::<$fma, { 2 * $width }>(a, l, perm, n)
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_solve(
