@@ -124,6 +124,7 @@ where
                 let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
                 let t = expm_with(ad.clone(), &cfg).unwrap();
                 let mut g = (t * Tensor::from_inner(up.clone())).sum().backward();
+                // Handed over, as an optimiser takes it: `grad` would copy it out of the store.
                 let _ = ad.grad_remove(&mut g).unwrap().into_data();
             });
             row.push(format!("{:.1}", s * 1e3));
