@@ -2,7 +2,7 @@
 //! version (`expm::expmv`: shift, m and s minimising the matrix-vector products, early
 //! termination, fallback to the explicit exponential), run per matrix.
 
-use super::expm::{self as dense, Workspace, column_abs_sums};
+use super::expm::{self as dense, Workspace, column_norms};
 use super::simd::{axpy, gemm_tn, matvec, vecmat};
 use super::small;
 use crate::expm::expmv::{KernelRecord, taylor_steps};
@@ -20,27 +20,16 @@ enum Route {
 
 /// (1-norm, shift mu, 1-norm of A - mu I); the norm is NaN when A holds NaN or Inf.
 fn norms(a: &[f32], n: usize, shift: bool) -> (f64, f32, f64) {
-    let Some(sums) = column_abs_sums(a, n) else {
-        return (f64::NAN, 0.0, f64::NAN);
-    };
-    let norm = sums.iter().copied().fold(0.0, f64::max);
     let mu = if shift {
         ((0..n).map(|i| a[i * n + i] as f64).sum::<f64>() / n as f64) as f32
     } else {
         0.0
     };
-    // Without a shift the shifted norm is the norm itself.
-    let shifted = if mu == 0.0 {
-        norm
-    } else {
-        (0..n)
-            .map(|j| {
-                let d = a[j * n + j];
-                sums[j] - d.abs() as f64 + (d - mu).abs() as f64
-            })
-            .fold(0.0, f64::max)
-    };
-    (norm, mu, shifted)
+    match column_norms(a, n, mu) {
+        // A NaN or Inf trace gives no shift; the norm is NaN anyway.
+        Some((norm, shifted)) if mu.is_finite() => (norm, mu, shifted),
+        _ => (f64::NAN, 0.0, f64::NAN),
+    }
 }
 
 /// [`norms`] for a fixed size: the same sums in the same order (so the same choices), unrolled,

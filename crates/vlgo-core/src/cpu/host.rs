@@ -17,11 +17,12 @@ pub trait Host: Backend {
 
 /// A zeroed buffer of `len` floats for a kernel's output.
 ///
-/// Large buffers come fresh from the system, and touching them a 4 KiB page at a time costs
-/// about as much as a 64 x 64 exponential per page on a virtual machine (measured: 55-70 ms for
-/// 64 MiB against 5 ms once mapped). On Linux the buffer is advised for transparent huge pages,
-/// which the kernel grants where its policy is `madvise` or `always`; elsewhere it is a plain
-/// zeroed vector.
+/// Buffers of tens of MiB usually come fresh from the system (glibc maps anything above its
+/// mmap threshold, at most 32 MiB), and touching them a 4 KiB page at a time is slow on a virtual
+/// machine (measured: 55-70 ms for 64 MiB against 5 ms once mapped). On Linux the buffer is
+/// advised for transparent huge pages, which the kernel grants where its policy is `madvise` or
+/// `always` (12-25 ms for the same 64 MiB); pages already touched keep their size. Elsewhere it
+/// is a plain zeroed vector.
 pub fn output(len: usize) -> Vec<f32> {
     let out = vec![0.0f32; len];
     #[cfg(target_os = "linux")]

@@ -226,21 +226,28 @@ mod tests {
 
     #[test]
     fn kernel_agrees_with_the_tensor_op_path() {
+        // n = 1 and 5 (scalar edges only), 12 (one strip and an edge), 16 (whole strips).
+        let cases = [1, 5, 12, 16]
+            .into_iter()
+            .flat_map(|n| [0.3, 2.0, 9.0, 80.0].map(|norm| (n, norm)));
         for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
-            for norm in [0.3, 2.0, 9.0, 80.0] {
-                let a = batch(6, 12, norm);
+            for (n, norm) in cases.clone() {
+                let a = batch(6, n, norm);
                 let tensor_ops = dense::expm_forward(a.clone(), method);
                 let kernel = expm_batch(a.clone(), method);
                 let err = rel_frobenius(kernel, tensor_ops);
-                assert!(err < 2e-5 * (1.0 + norm), "{method:?} {norm}: {err:.2e}");
-                let g = batch(6, 12, 1.0);
+                assert!(
+                    err < 2e-5 * (1.0 + norm),
+                    "{method:?} n {n} {norm}: {err:.2e}"
+                );
+                let g = batch(6, n, 1.0);
                 let plan = dense::plan(&a, method);
                 let tensor_ops = dense::expm_backward(a.clone(), g.clone(), &plan);
                 let kernel = expm_backward_batch(a.clone(), g, method);
                 let err = rel_frobenius(kernel, tensor_ops);
                 assert!(
                     err < 2e-5 * (1.0 + norm),
-                    "{method:?} {norm} backward: {err:.2e}"
+                    "{method:?} n {n} {norm} backward: {err:.2e}"
                 );
             }
         }

@@ -1,5 +1,6 @@
-//! Small dense f32 kernels on row-major n x n matrices held in cache: matrix product, axpy and
-//! dot. The bodies are plain loops over fixed-width chunks that the compiler vectorises; they are
+//! Small dense f32 kernels on row-major n x n matrices held in cache: products (A B, x^T M,
+//! P^T Q), matrix-vector product, axpy and linear combinations, LU with partial pivoting and its
+//! solve, transpose. The bodies are plain loops over fixed-width chunks that the compiler vectorises; they are
 //! compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the CPU has is chosen once
 //! at run time, so one binary runs everywhere and uses AVX-512 where it exists.
 
@@ -244,7 +245,7 @@ fn axpy_body<F: Fma>(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// y = A x for a row-major n x n A (eight partial sums per row keep the adds independent).
+/// y = A x for a row-major n x n A (sixteen partial sums per row keep the adds independent).
 #[inline(always)]
 fn matvec_body<F: Fma>(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
     for (i, y_i) in y.iter_mut().enumerate().take(n) {
@@ -280,7 +281,6 @@ fn lu_factor_body<F: Fma, const W: usize>(
     for (i, p) in perm.iter_mut().enumerate().take(n) {
         *p = i;
     }
-    let mut mult = vec![0.0f32; n];
     for k in 0..n {
         let mut piv = k;
         let mut best = a[k * n + k].abs();
@@ -300,15 +300,19 @@ fn lu_factor_body<F: Fma, const W: usize>(
             perm.swap(k, piv);
         }
         let inv = 1.0 / a[k * n + k];
-        let rows = n - k - 1;
-        for (r, m) in mult[..rows].iter_mut().enumerate() {
+        // The multipliers go below the diagonal of `l` and, contiguous for the update, into the
+        // unused part of row k right of it (the solve reads only the strict lower triangle, and
+        // later exchanges touch rows below k).
+        let (l_top, l_rest) = l.split_at_mut((k + 1) * n);
+        let mult = &mut l_top[k * n + k + 1..];
+        for (r, m) in mult.iter_mut().enumerate() {
             let i = k + 1 + r;
             *m = a[i * n + k] * inv;
-            l[i * n + k] = *m;
+            l_rest[r * n + k] = *m;
         }
+        let mult = &*mult;
         let (top, rest) = a.split_at_mut((k + 1) * n);
         let pivot_row = &top[k * n..k * n + n];
-        let mult = &mult[..rows];
         let mut j0 = (k + 1) / 8 * 8;
         while j0 + W <= n {
             rank1_strip::<F, W>(pivot_row, mult, rest, n, j0);
@@ -589,8 +593,8 @@ pub fn lu_solve(u: &[f32], l: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [
 pub fn transpose(a: &[f32], out: &mut [f32], n: usize) {
     let (a, out) = (&a[..n * n], &mut out[..n * n]);
     #[cfg(target_arch = "x86_64")]
-    if isa() != Isa::Portable {
-        // SAFETY: `isa()` reported AVX2 (or AVX-512, which implies it); both slices hold n x n.
+    if isa() != Isa::Portable && std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX was detected just above; both slices hold n x n.
         unsafe { avx_transpose(a, out, n) };
         return;
     }
@@ -618,7 +622,7 @@ fn transpose_blocks(a: &[f32], out: &mut [f32], n: usize, from: usize) {
 /// The full 8 x 8 blocks through the register transpose (unpack, shuffle, lane permute), the
 /// edges through [`transpose_blocks`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx")]
 unsafe fn avx_transpose(a: &[f32], out: &mut [f32], n: usize) {
     use std::arch::x86_64::*;
     let full = n / 8 * 8;
@@ -685,13 +689,46 @@ mod tests {
     fn transpose_moves_every_entry_for_every_edge_case() {
         for n in [1, 5, 8, 13, 64, 67] {
             let a: Vec<f32> = (0..n * n).map(|k| k as f32).collect();
+            // The dispatched version and the scalar one (all a CPU without AVX runs).
             let mut t = vec![f32::NAN; n * n];
             transpose(&a, &mut t, n);
+            let mut scalar = vec![f32::NAN; n * n];
+            transpose_blocks(&a, &mut scalar, n, 0);
             for i in 0..n {
                 for j in 0..n {
                     assert_eq!(t[j * n + i], a[i * n + j], "n = {n}, ({i}, {j})");
+                    assert_eq!(scalar[j * n + i], a[i * n + j], "n = {n}, ({i}, {j})");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn linear_combinations_sum_every_term_fresh_and_accumulated() {
+        // Ten terms over a length past the last full strip, then once more on top.
+        let len = 77;
+        let xs: Vec<Vec<f32>> = (0..10)
+            .map(|t| {
+                (0..len)
+                    .map(|k| ((k * 7 + t * 3) % 11) as f32 - 5.0)
+                    .collect()
+            })
+            .collect();
+        let terms: Vec<(&[f32], f32)> = xs
+            .iter()
+            .enumerate()
+            .map(|(t, x)| (&x[..], 0.5 - t as f32 * 0.25))
+            .collect();
+        let mut out = vec![f32::NAN; len];
+        lin_comb(&terms, &mut out, false);
+        lin_comb(&terms[..3], &mut out, true);
+        for k in 0..len {
+            let sum = |ts: &[(&[f32], f32)]| ts.iter().map(|(x, c)| c * x[k]).sum::<f32>();
+            let want = sum(&terms) + sum(&terms[..3]);
+            assert!(
+                (out[k] - want).abs() < 1e-4 * (1.0 + want.abs()),
+                "entry {k}"
+            );
         }
     }
 
