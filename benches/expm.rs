@@ -253,7 +253,6 @@ fn main() {
             &args,
         );
     }
-    // The GPU kernels have their own benchmark: `cargo bench -p vlgo-core --bench gpu`.
-    #[cfg(feature = "wgpu")]
-    bench_backend::<burn::backend::Wgpu>("wgpu (kernel, read back to the host)", &args);
+    // The GPU backends have their own benchmark, timed to device synchronisation:
+    // `cargo bench -p vlgo-core --bench gpu --features wgpu` (or `cuda`).
 }

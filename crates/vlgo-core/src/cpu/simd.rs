@@ -59,8 +59,84 @@ fn tile<F: Fma, const R: usize, const W: usize>(
     }
 }
 
-/// C (+)= A B for row-major n x n matrices, in R x W register tiles, then narrower tiles and
-/// single columns for the edges.
+/// A product whose output is covered by register tiles: the tile at (i0, j0) and the single
+/// entry that the tiles leave over.
+trait Tiles {
+    fn tile<const R: usize, const W: usize>(&mut self, at: (usize, usize));
+    fn entry(&mut self, i: usize, j: usize);
+}
+
+/// Covers `rows` x n of the output: R x W tiles, the rows left over in 4-, 2- and 1-row tiles
+/// (one row at a time would load a strip per two multiply-adds), then 8-wide strips and single
+/// columns at the right edge.
+#[inline(always)]
+fn cover<T: Tiles, const R: usize, const W: usize>(t: &mut T, rows: usize, n: usize) {
+    let mut j0 = 0;
+    while j0 + W <= n {
+        let mut i0 = 0;
+        while i0 + R <= rows {
+            t.tile::<R, W>((i0, j0));
+            i0 += R;
+        }
+        if R > 4 && i0 + 4 <= rows {
+            t.tile::<4, W>((i0, j0));
+            i0 += 4;
+        }
+        if R > 2 && i0 + 2 <= rows {
+            t.tile::<2, W>((i0, j0));
+            i0 += 2;
+        }
+        while i0 < rows {
+            t.tile::<1, W>((i0, j0));
+            i0 += 1;
+        }
+        j0 += W;
+    }
+    while j0 + 8 <= n {
+        for i0 in 0..rows {
+            t.tile::<1, 8>((i0, j0));
+        }
+        j0 += 8;
+    }
+    for j in j0..n {
+        for i in 0..rows {
+            t.entry(i, j);
+        }
+    }
+}
+
+/// C (+)= A B, row-major with rows of length n (A and C may hold fewer rows than n).
+struct Product<'a, F> {
+    a: &'a [f32],
+    b: &'a [f32],
+    c: &'a mut [f32],
+    n: usize,
+    accumulate: bool,
+    fma: std::marker::PhantomData<F>,
+}
+
+impl<F: Fma> Tiles for Product<'_, F> {
+    #[inline(always)]
+    fn tile<const R: usize, const W: usize>(&mut self, at: (usize, usize)) {
+        tile::<F, R, W>(self.a, self.b, self.c, self.n, at, self.accumulate);
+    }
+
+    #[inline(always)]
+    fn entry(&mut self, i: usize, j: usize) {
+        let n = self.n;
+        let mut s = if self.accumulate {
+            self.c[i * n + j]
+        } else {
+            0.0
+        };
+        for k in 0..n {
+            s = F::fma(self.a[i * n + k], self.b[k * n + j], s);
+        }
+        self.c[i * n + j] = s;
+    }
+}
+
+/// C (+)= A B for row-major n x n matrices, in R x W register tiles.
 #[inline(always)]
 fn matmul_body<F: Fma, const R: usize, const W: usize>(
     a: &[f32],
@@ -69,44 +145,19 @@ fn matmul_body<F: Fma, const R: usize, const W: usize>(
     n: usize,
     accumulate: bool,
 ) {
-    let mut j0 = 0;
-    while j0 + W <= n {
-        let mut i0 = 0;
-        while i0 + R <= n {
-            tile::<F, R, W>(a, b, c, n, (i0, j0), accumulate);
-            i0 += R;
-        }
-        // The rows left over (4 of 64 with 6-row tiles) in 4- and 2-row tiles: one row at a
-        // time would load a strip of B per two multiply-adds.
-        if R > 4 && i0 + 4 <= n {
-            tile::<F, 4, W>(a, b, c, n, (i0, j0), accumulate);
-            i0 += 4;
-        }
-        if R > 2 && i0 + 2 <= n {
-            tile::<F, 2, W>(a, b, c, n, (i0, j0), accumulate);
-            i0 += 2;
-        }
-        while i0 < n {
-            tile::<F, 1, W>(a, b, c, n, (i0, j0), accumulate);
-            i0 += 1;
-        }
-        j0 += W;
-    }
-    while j0 + 8 <= n {
-        for i0 in 0..n {
-            tile::<F, 1, 8>(a, b, c, n, (i0, j0), accumulate);
-        }
-        j0 += 8;
-    }
-    for j in j0..n {
-        for i in 0..n {
-            let mut s = if accumulate { c[i * n + j] } else { 0.0 };
-            for k in 0..n {
-                s = F::fma(a[i * n + k], b[k * n + j], s);
-            }
-            c[i * n + j] = s;
-        }
-    }
+    let fma = std::marker::PhantomData::<F>;
+    cover::<_, R, W>(
+        &mut Product {
+            a,
+            b,
+            c,
+            n,
+            accumulate,
+            fma,
+        },
+        n,
+        n,
+    );
 }
 
 /// y (+)= x^T M for a row-major n x n M: the product as one row of C = A B, so y stays in
@@ -120,22 +171,16 @@ fn vecmat_body<F: Fma, const W: usize>(
     n: usize,
     accumulate: bool,
 ) {
-    let mut j0 = 0;
-    while j0 + W <= n {
-        tile::<F, 1, W>(x, m, y, n, (0, j0), accumulate);
-        j0 += W;
-    }
-    while j0 + 8 <= n {
-        tile::<F, 1, 8>(x, m, y, n, (0, j0), accumulate);
-        j0 += 8;
-    }
-    for j in j0..n {
-        let mut s = if accumulate { y[j] } else { 0.0 };
-        for k in 0..n {
-            s = F::fma(x[k], m[k * n + j], s);
-        }
-        y[j] = s;
-    }
+    let fma = std::marker::PhantomData::<F>;
+    let mut one_row = Product {
+        a: x,
+        b: m,
+        c: y,
+        n,
+        accumulate,
+        fma,
+    };
+    cover::<_, 1, W>(&mut one_row, 1, n);
 }
 
 /// One R x W tile of C += P^T Q for P, Q of `depth` rows of length n (see [`gemm_tn`]).
@@ -166,6 +211,33 @@ fn tile_tn<F: Fma, const R: usize, const W: usize>(
     }
 }
 
+/// C += P^T Q for P, Q of `depth` rows of length n.
+struct ProductTn<'a, F> {
+    p: &'a [f32],
+    q: &'a [f32],
+    c: &'a mut [f32],
+    n: usize,
+    depth: usize,
+    fma: std::marker::PhantomData<F>,
+}
+
+impl<F: Fma> Tiles for ProductTn<'_, F> {
+    #[inline(always)]
+    fn tile<const R: usize, const W: usize>(&mut self, at: (usize, usize)) {
+        tile_tn::<F, R, W>(self.p, self.q, self.c, self.n, self.depth, at);
+    }
+
+    #[inline(always)]
+    fn entry(&mut self, i: usize, j: usize) {
+        let n = self.n;
+        let mut s = self.c[i * n + j];
+        for k in 0..self.depth {
+            s = F::fma(self.p[k * n + i], self.q[k * n + j], s);
+        }
+        self.c[i * n + j] = s;
+    }
+}
+
 /// C += P^T Q, in the tiles of [`matmul_body`].
 #[inline(always)]
 fn gemm_tn_body<F: Fma, const R: usize, const W: usize>(
@@ -175,34 +247,19 @@ fn gemm_tn_body<F: Fma, const R: usize, const W: usize>(
     n: usize,
     depth: usize,
 ) {
-    let mut j0 = 0;
-    while j0 + W <= n {
-        let mut i0 = 0;
-        while i0 + R <= n {
-            tile_tn::<F, R, W>(p, q, c, n, depth, (i0, j0));
-            i0 += R;
-        }
-        while i0 < n {
-            tile_tn::<F, 1, W>(p, q, c, n, depth, (i0, j0));
-            i0 += 1;
-        }
-        j0 += W;
-    }
-    while j0 + 8 <= n {
-        for i0 in 0..n {
-            tile_tn::<F, 1, 8>(p, q, c, n, depth, (i0, j0));
-        }
-        j0 += 8;
-    }
-    for j in j0..n {
-        for i in 0..n {
-            let mut s = c[i * n + j];
-            for k in 0..depth {
-                s = F::fma(p[k * n + i], q[k * n + j], s);
-            }
-            c[i * n + j] = s;
-        }
-    }
+    let fma = std::marker::PhantomData::<F>;
+    cover::<_, R, W>(
+        &mut ProductTn {
+            p,
+            q,
+            c,
+            n,
+            depth,
+            fma,
+        },
+        n,
+        n,
+    );
 }
 
 /// out (+)= sum_t c_t x_t in one pass, W entries at a time held in registers across the terms

@@ -26,6 +26,14 @@ fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
 /// (`wgpu`, `cuda`) and for `Autodiff<B>` over any of them. Inputs reach these methods already
 /// checked (square, matching shapes) and in f32 or f64.
 pub trait ExpmBackend: Backend {
+    /// Whether [`ExpmBackend::expm`] and its backward run a kernel of their own for inputs of
+    /// this dtype and shape (rather than the tensor-op default). Wrappers such as fusion ask it
+    /// to decide between recording an opaque op and recording the tensor ops, which fuse.
+    #[doc(hidden)]
+    fn has_expm_kernel(_dtype: burn::tensor::DType, _shape: &burn::tensor::Shape) -> bool {
+        false
+    }
+
     /// exp(A) for A [N, n, n] in A's dtype.
     fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
         unwrap(tensor_ops::expm::<Self>(wrap(a), method))
@@ -146,8 +154,9 @@ impl ExpmBackend for burn_flex::Flex {
     cpu_kernel_methods!();
 }
 
-/// The CubeCL backends run the kernels of [`crate::gpu`] on f32 and keep the tensor-op path for
-/// other dtypes. `expmv` stays on tensor ops here.
+/// The CubeCL backends run the kernels of [`crate::gpu`] where [`crate::gpu::accepts`] takes the
+/// input (f32, for now on the CUDA runtime only) and keep the tensor-op path otherwise. `expmv`
+/// stays on tensor ops here.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl<R, F, I, BT> ExpmBackend for burn_cubecl::CubeBackend<R, F, I, BT>
 where
@@ -156,6 +165,10 @@ where
     I: burn_cubecl::IntElement,
     BT: burn_cubecl::BoolElement,
 {
+    fn has_expm_kernel(dtype: burn::tensor::DType, shape: &burn::tensor::Shape) -> bool {
+        crate::gpu::takes::<R>(dtype, shape)
+    }
+
     fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
         if crate::gpu::accepts(&a) {
             crate::gpu::expm(a, method)
@@ -181,8 +194,9 @@ where
     }
 }
 
-/// `Wgpu` and `Cuda` with fusion are `Fusion<CubeBackend>`: the exponential enters the fusion
-/// stream as an opaque custom op (a fusion barrier) that runs the inner backend's kernel.
+/// `Wgpu` and `Cuda` with fusion are `Fusion<CubeBackend>`: where the inner backend has a kernel,
+/// the exponential enters the fusion stream as an opaque custom op (a fusion barrier) that runs
+/// it; elsewhere the tensor ops are recorded as they are, so they fuse.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod fusion {
     use burn::tensor::ops::FloatTensor;
@@ -190,7 +204,7 @@ mod fusion {
     use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
     use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
-    use super::ExpmBackend;
+    use super::{ExpmBackend, tensor_ops, unwrap, wrap};
     use crate::expm::ExpmMethod;
 
     /// exp(A) (one input) or its adjoint (inputs A and the upstream gradient).
@@ -222,7 +236,14 @@ mod fusion {
     }
 
     impl<B: FusionBackend + ExpmBackend> ExpmBackend for Fusion<B> {
+        fn has_expm_kernel(dtype: burn::tensor::DType, shape: &burn::tensor::Shape) -> bool {
+            B::has_expm_kernel(dtype, shape)
+        }
+
         fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
+            if !B::has_expm_kernel(a.dtype, &a.shape) {
+                return unwrap(tensor_ops::expm::<Self>(wrap(a), method));
+            }
             let client = a.client.clone();
             let streams = OperationStreams::with_inputs([&a]);
             let out = TensorIr::uninit(client.create_empty_handle(), a.shape.clone(), a.dtype);
@@ -243,6 +264,10 @@ mod fusion {
             grad: FloatTensor<Self>,
             method: ExpmMethod,
         ) -> FloatTensor<Self> {
+            if !B::has_expm_kernel(a.dtype, &a.shape) || grad.dtype != a.dtype {
+                let (a, grad) = (wrap(a), wrap(grad));
+                return unwrap(tensor_ops::expm_backward::<Self>(a, grad, method));
+            }
             let client = a.client.clone();
             let streams = OperationStreams::with_inputs([&a, &grad]);
             let out = TensorIr::uninit(client.create_empty_handle(), a.shape.clone(), a.dtype);

@@ -45,9 +45,13 @@ const SHARED_BYTES: usize = 48 << 10;
 /// their shader compiles made the suite run past its time, so `wgpu` keeps the tensor-op path
 /// until the kernels are smaller.
 pub fn accepts<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
-    let shape = a.meta.shape();
+    takes::<R>(a.dtype, a.meta.shape())
+}
+
+/// [`accepts`] from a dtype and shape, for wrappers (fusion) that hold no `CubeTensor`.
+pub fn takes<R: CubeRuntime>(dtype: DType, shape: &Shape) -> bool {
     core::any::type_name::<R>().contains("Cuda")
-        && a.dtype == DType::F32
+        && dtype == DType::F32
         && shape.num_dims() == 3
         && shape[1] == shape[2]
         && (1..=MAX_N).contains(&shape[1])
