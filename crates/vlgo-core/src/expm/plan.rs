@@ -56,14 +56,14 @@ const TAYLOR_F64: [(usize, f64); 6] = [
 
 /// Largest scaling exponent tried for a finite norm. Beyond it 2^-s underflows in the working
 /// precision, so a larger s could not help; a non-finite norm gets s = 0 (see [`choose`]).
-const fn max_scaling(precision: Precision) -> u32 {
+pub(crate) const fn max_scaling(precision: Precision) -> u32 {
     match precision {
         Precision::Single => 126,
         Precision::Double => 1022,
     }
 }
 
-fn table(method: ExpmMethod, precision: Precision) -> &'static [(usize, f64)] {
+pub(crate) fn table(method: ExpmMethod, precision: Precision) -> &'static [(usize, f64)] {
     match (method, precision) {
         (ExpmMethod::Pade, Precision::Single) => &PADE_F32,
         (ExpmMethod::Pade, Precision::Double) => &PADE_F64,

@@ -1,0 +1,458 @@
+//! The schemes of `expm::scheme` compiled into the slot programs that the GPU kernels interpret.
+//!
+//! A scheme is a straight-line program over values (value 0 is the scaled X). Here each value
+//! gets one of a few n x n workspace slots, reusing a slot once its value is dead, and each step
+//! becomes a row of the `ops` table (kind, destination, up to five source slots, a flag) with
+//! its coefficients in the same row of `vals`. The forward adds Padé's solve; the Fréchet
+//! derivative interleaves forward mode (d(PQ) = dP Q + P dQ) with the scheme. A header indexed
+//! by degree gives each program's first row, length and result slots, so the device picks a
+//! program per matrix from the plan without the host.
+
+use std::sync::OnceLock;
+
+use crate::expm::ExpmMethod;
+use crate::expm::plan::{self, Precision};
+use crate::expm::scheme::{self, Program, Step};
+
+/// Row kind: work[dst] = work[s1] work[s2] (+= when the flag is 1).
+pub(crate) const KIND_MUL: u32 = 0;
+/// Row kind: work[dst] = eye I + sum_k c_k work[s_k], five terms.
+pub(crate) const KIND_COMBINE: u32 = 1;
+/// Row kind: work[dst] <- work[s1]^{-1} work[dst].
+pub(crate) const KIND_SOLVE: u32 = 2;
+/// u32 per row of `ops` (and f32 per row of `vals`: eye, c_1..c_5, padding).
+pub(crate) const ROW: usize = 8;
+/// Header entry per degree: first row, number of rows, result slot, derivative slot.
+pub(crate) const ENTRY: usize = 4;
+/// Degrees 0..=18 have a header entry (unused degrees have no rows).
+const DEGREES: usize = 19;
+/// u32 before the first row of `ops`.
+pub(crate) const HEADER: usize = DEGREES * ENTRY;
+/// Source terms of one combination row.
+const TERMS: usize = 5;
+
+/// The programs of one kernel as the device reads them (little-endian bytes): `ops` (u32) and
+/// `vals` (f32), the (theta, degree) pairs of the planning kernel, and the workspace slots per
+/// cube that the largest program (and the squarings) needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Table {
+    pub ops_bytes: Vec<u8>,
+    pub vals_bytes: Vec<u8>,
+    pub theta_bytes: Vec<u8>,
+    /// Number of (theta, degree) pairs.
+    pub degrees: usize,
+    pub slots: usize,
+}
+
+/// A step over values, before slots are assigned.
+#[derive(Debug, Clone)]
+enum Op {
+    /// `out = a b`, or `out += a b` when `accumulate` (then `out` already holds a value).
+    Mul {
+        a: usize,
+        b: usize,
+        accumulate: bool,
+    },
+    /// `out = eye I + sum c_k v_k` (`out` may be among the terms).
+    Lin { terms: Vec<(usize, f64)>, eye: f64 },
+    /// `out <- q^{-1} out`.
+    Solve { q: usize },
+}
+
+/// A program over values: `inputs` values exist before the first step (X, and E for the
+/// derivative); each step writes value `out`.
+#[derive(Debug, Clone)]
+struct Flow {
+    inputs: usize,
+    values: usize,
+    steps: Vec<(usize, Op)>,
+}
+
+impl Flow {
+    fn new(inputs: usize) -> Self {
+        Self {
+            inputs,
+            values: inputs,
+            steps: Vec::new(),
+        }
+    }
+
+    fn fresh(&mut self) -> usize {
+        self.values += 1;
+        self.values - 1
+    }
+
+    fn mul(&mut self, a: usize, b: usize) -> usize {
+        let out = self.fresh();
+        self.steps.push((
+            out,
+            Op::Mul {
+                a,
+                b,
+                accumulate: false,
+            },
+        ));
+        out
+    }
+
+    fn mul_add(&mut self, out: usize, a: usize, b: usize) {
+        self.steps.push((
+            out,
+            Op::Mul {
+                a,
+                b,
+                accumulate: true,
+            },
+        ));
+    }
+
+    /// A combination; terms with coefficient 0 are dropped and more than five are chained.
+    fn lin(&mut self, terms: &[(usize, f64)], eye: f64) -> usize {
+        let terms: Vec<(usize, f64)> = terms.iter().copied().filter(|t| t.1 != 0.0).collect();
+        let out = self.fresh();
+        let (first, rest) = terms.split_at(terms.len().min(TERMS));
+        let first = first.to_vec();
+        self.steps.push((out, Op::Lin { terms: first, eye }));
+        // Further rows add four terms each to the partial sum.
+        for chunk in rest.chunks(TERMS - 1) {
+            let mut next = vec![(out, 1.0)];
+            next.extend_from_slice(chunk);
+            self.steps.push((
+                out,
+                Op::Lin {
+                    terms: next,
+                    eye: 0.0,
+                },
+            ));
+        }
+        out
+    }
+
+    /// Appends a scheme whose value 0 is `x`; returns the flow values of the scheme's values.
+    fn scheme(&mut self, program: &Program, x: usize) -> Vec<usize> {
+        let mut map = vec![x];
+        for step in &program.steps {
+            let v = match step {
+                Step::MatMul(i, j) => self.mul(map[*i], map[*j]),
+                Step::Lin(terms, eye) => {
+                    let terms: Vec<_> = terms.iter().map(|&(k, c)| (map[k], c)).collect();
+                    self.lin(&terms, *eye)
+                }
+            };
+            map.push(v);
+        }
+        map
+    }
+
+    /// Appends a scheme and its forward-mode derivative at (X, E) = values (0, 1).
+    fn scheme_and_derivative(&mut self, program: &Program) -> (Vec<usize>, Vec<usize>) {
+        let (mut map, mut dmap) = (vec![0], vec![1]);
+        for step in &program.steps {
+            match step {
+                Step::MatMul(i, j) => {
+                    let v = self.mul(map[*i], map[*j]);
+                    let d = self.mul(dmap[*i], map[*j]);
+                    self.mul_add(d, map[*i], dmap[*j]);
+                    map.push(v);
+                    dmap.push(d);
+                }
+                Step::Lin(terms, eye) => {
+                    let primal: Vec<_> = terms.iter().map(|&(k, c)| (map[k], c)).collect();
+                    let tangent: Vec<_> = terms.iter().map(|&(k, c)| (dmap[k], c)).collect();
+                    map.push(self.lin(&primal, *eye));
+                    dmap.push(self.lin(&tangent, 0.0));
+                }
+            }
+        }
+        (map, dmap)
+    }
+
+    /// Assigns slots (inputs keep slots 0..inputs) and appends the rows to `ops` and `vals`.
+    /// Returns the slots of `results` and the number of slots used.
+    fn emit(
+        &self,
+        results: &[usize],
+        ops: &mut Vec<u32>,
+        vals: &mut Vec<f32>,
+    ) -> (Vec<usize>, usize) {
+        let reads = |op: &Op| -> Vec<usize> {
+            match op {
+                Op::Mul { a, b, .. } => vec![*a, *b],
+                Op::Lin { terms, .. } => terms.iter().map(|t| t.0).collect(),
+                Op::Solve { q } => vec![*q],
+            }
+        };
+        // The last step that touches each value; results live to the end.
+        let mut last = vec![0usize; self.values];
+        for (k, (out, op)) in self.steps.iter().enumerate() {
+            last[*out] = k;
+            for v in reads(op) {
+                last[v] = k;
+            }
+        }
+        for &r in results {
+            last[r] = usize::MAX;
+        }
+        let mut slot: Vec<Option<usize>> = vec![None; self.values];
+        let mut busy: Vec<bool> = vec![true; self.inputs];
+        for (v, s) in slot.iter_mut().enumerate().take(self.inputs) {
+            *s = Some(v);
+        }
+        let release = |busy: &mut Vec<bool>, slot: &[Option<usize>], v: usize| {
+            if let Some(s) = slot[v] {
+                busy[s] = false;
+            }
+        };
+        for (k, (out, op)) in self.steps.iter().enumerate() {
+            let inputs = reads(op);
+            // A combination reads and writes entry by entry, so its result may take the slot of
+            // a term that dies here; a product may not overwrite its operands.
+            let elementwise = matches!(op, Op::Lin { .. });
+            if elementwise {
+                for &v in &inputs {
+                    if last[v] == k && v != *out {
+                        release(&mut busy, &slot, v);
+                    }
+                }
+            }
+            if slot[*out].is_none() {
+                let free = busy.iter().position(|b| !b).unwrap_or(busy.len());
+                if free == busy.len() {
+                    busy.push(true);
+                } else {
+                    busy[free] = true;
+                }
+                slot[*out] = Some(free);
+            }
+            if !elementwise {
+                for &v in &inputs {
+                    if last[v] == k && v != *out {
+                        release(&mut busy, &slot, v);
+                    }
+                }
+            }
+            let at = |v: usize| slot[v].expect("a value is written before it is read") as u32;
+            let mut row = [0u32; ROW];
+            let mut coef = [0f32; ROW];
+            row[1] = at(*out);
+            match op {
+                Op::Mul { a, b, accumulate } => {
+                    row[0] = KIND_MUL;
+                    row[2] = at(*a);
+                    row[3] = at(*b);
+                    row[7] = u32::from(*accumulate);
+                }
+                Op::Lin { terms, eye } => {
+                    row[0] = KIND_COMBINE;
+                    coef[0] = *eye as f32;
+                    // Unused terms read slot 0 (always initialised) with coefficient 0.
+                    for (t, &(v, c)) in terms.iter().enumerate() {
+                        row[2 + t] = at(v);
+                        coef[1 + t] = c as f32;
+                    }
+                }
+                Op::Solve { q } => {
+                    row[0] = KIND_SOLVE;
+                    row[2] = at(*q);
+                }
+            }
+            ops.extend_from_slice(&row);
+            vals.extend_from_slice(&coef);
+        }
+        let slots = results.iter().map(|&r| slot[r].unwrap_or(r)).collect();
+        (slots, busy.len())
+    }
+}
+
+/// Builds a table from one flow per degree; `spares` slots follow each program's own for the
+/// squarings.
+fn assemble(
+    flows: Vec<(usize, Flow, Vec<usize>)>,
+    spares: usize,
+    thetas: &[(usize, f64)],
+) -> Table {
+    let mut ops = vec![0u32; HEADER];
+    let mut vals = Vec::new();
+    let mut slots = 0;
+    for (degree, flow, results) in flows {
+        let start = (ops.len() - HEADER) / ROW;
+        let (at, used) = flow.emit(&results, &mut ops, &mut vals);
+        let len = (ops.len() - HEADER) / ROW - start;
+        let entry = degree * ENTRY;
+        ops[entry] = start as u32;
+        ops[entry + 1] = len as u32;
+        ops[entry + 2] = at[0] as u32;
+        ops[entry + 3] = at.get(1).copied().unwrap_or(at[0]) as u32;
+        slots = slots.max(used);
+    }
+    Table {
+        ops_bytes: ops.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        vals_bytes: vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        theta_bytes: thetas
+            .iter()
+            .flat_map(|&(m, theta)| [theta as f32, m as f32])
+            .flat_map(f32::to_le_bytes)
+            .collect(),
+        degrees: thetas.len(),
+        slots: slots + spares,
+    }
+}
+
+/// The forward programs of `method` for f32 compute: r_m(X) = (V - U)^{-1} (V + U) for Padé,
+/// T(X) for Taylor, one per degree of the f32 table.
+fn forward(method: ExpmMethod) -> Table {
+    let thetas = plan::table(method, Precision::Single);
+    let flows = thetas
+        .iter()
+        .map(|&(m, _)| {
+            let mut flow = Flow::new(1);
+            let result = match method {
+                ExpmMethod::Pade => {
+                    let program = scheme::pade(m);
+                    let values = flow.scheme(&program, 0);
+                    let (u, v) = (values[program.outputs.0], values[program.outputs.1]);
+                    let q = flow.lin(&[(v, 1.0), (u, -1.0)], 0.0);
+                    let p = flow.lin(&[(v, 1.0), (u, 1.0)], 0.0);
+                    flow.steps.push((p, Op::Solve { q }));
+                    p
+                }
+                ExpmMethod::Taylor => {
+                    let program = scheme::taylor(m);
+                    flow.scheme(&program, 0)[program.outputs.0]
+                }
+            };
+            (m, flow, vec![result])
+        })
+        .collect();
+    assemble(flows, 1, thetas)
+}
+
+/// The Fréchet-derivative programs: the Taylor schemes of the f32 table with their tangents.
+fn frechet() -> Table {
+    let thetas = plan::table(ExpmMethod::Taylor, Precision::Single);
+    let flows = thetas
+        .iter()
+        .map(|&(m, _)| {
+            let program = scheme::taylor(m);
+            let mut flow = Flow::new(2);
+            let (map, dmap) = flow.scheme_and_derivative(&program);
+            let t = program.outputs.0;
+            (m, flow, vec![map[t], dmap[t]])
+        })
+        .collect();
+    assemble(flows, 2, thetas)
+}
+
+/// The forward table of `method`, built once.
+pub(crate) fn forward_table(method: ExpmMethod) -> &'static Table {
+    static PADE: OnceLock<Table> = OnceLock::new();
+    static TAYLOR: OnceLock<Table> = OnceLock::new();
+    match method {
+        ExpmMethod::Pade => PADE.get_or_init(|| forward(method)),
+        ExpmMethod::Taylor => TAYLOR.get_or_init(|| forward(method)),
+    }
+}
+
+/// The Fréchet-derivative table, built once.
+pub(crate) fn frechet_table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(frechet)
+}
+
+/// The largest scaling exponent of f32 compute, for the planning kernel.
+pub(crate) fn max_squarings() -> f32 {
+    plan::max_scaling(Precision::Single) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a table's program of `degree` on scalars (1 x 1 matrices) as the kernel would, with
+    /// the workspace of `inputs`; returns the result slots' values.
+    fn interpret(table: &Table, degree: usize, inputs: &[f64]) -> (f64, f64) {
+        let words =
+            |b: &[u8]| -> Vec<[u8; 4]> { b.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect() };
+        let ops: Vec<u32> = words(&table.ops_bytes)
+            .into_iter()
+            .map(u32::from_le_bytes)
+            .collect();
+        let vals: Vec<f32> = words(&table.vals_bytes)
+            .into_iter()
+            .map(f32::from_le_bytes)
+            .collect();
+        let mut work = vec![f64::NAN; table.slots];
+        work[..inputs.len()].copy_from_slice(inputs);
+        let entry = degree * ENTRY;
+        let (start, len) = (ops[entry] as usize, ops[entry + 1] as usize);
+        assert!(len > 0, "degree {degree} has a program");
+        for row in start..start + len {
+            let o = &ops[HEADER + row * ROW..HEADER + (row + 1) * ROW];
+            let c = &vals[row * ROW..(row + 1) * ROW];
+            let s = |k: usize| o[2 + k] as usize;
+            let dst = o[1] as usize;
+            match o[0] {
+                KIND_MUL => {
+                    assert!(
+                        dst != s(0) && dst != s(1),
+                        "a product overwrites an operand"
+                    );
+                    let p = work[s(0)] * work[s(1)];
+                    work[dst] = if o[7] == 1 { work[dst] + p } else { p };
+                }
+                KIND_COMBINE => {
+                    let v: f64 = c[0] as f64
+                        + (0..TERMS)
+                            .map(|k| {
+                                c[1 + k] as f64 * if c[1 + k] == 0.0 { 0.0 } else { work[s(k)] }
+                            })
+                            .sum::<f64>();
+                    work[dst] = v;
+                }
+                KIND_SOLVE => work[dst] /= work[s(0)],
+                other => panic!("row kind {other}"),
+            }
+        }
+        let (r, d) = (ops[entry + 2] as usize, ops[entry + 3] as usize);
+        // The squarings' spare slots lie past every program slot.
+        assert!(r.max(d) < table.slots - if d == r { 1 } else { 2 });
+        (work[r], work[d])
+    }
+
+    #[test]
+    fn forward_programs_evaluate_the_exponential() {
+        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+            let table = forward_table(method);
+            for &(m, theta) in plan::table(method, Precision::Single) {
+                let x = theta * 0.9;
+                let (r, _) = interpret(table, m, &[x]);
+                // Within the f32 bar at the top of each degree's range (f32 coefficients).
+                assert!((r / x.exp() - 1.0).abs() < 1e-6, "{method:?} {m}: {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn frechet_programs_evaluate_the_derivative() {
+        // For scalars L(x, e) = e exp(x).
+        let table = frechet_table();
+        for &(m, theta) in plan::table(ExpmMethod::Taylor, Precision::Single) {
+            let x = theta * 0.9;
+            let (t, d) = interpret(table, m, &[x, 0.5]);
+            assert!((t / x.exp() - 1.0).abs() < 1e-6, "degree {m}: {t}");
+            assert!((d / (0.5 * x.exp()) - 1.0).abs() < 1e-6, "degree {m}: {d}");
+        }
+    }
+
+    #[test]
+    fn slots_are_reused() {
+        // Taylor 18 has 5 products and 8 combinations over 15 values: far fewer slots suffice.
+        let table = forward_table(ExpmMethod::Taylor);
+        assert!(table.slots <= 9, "{} slots", table.slots);
+        assert!(
+            frechet_table().slots <= 16,
+            "{} slots",
+            frechet_table().slots
+        );
+    }
+}
