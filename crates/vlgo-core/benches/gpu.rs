@@ -8,6 +8,11 @@
 //! memory pool's reservation after the measured work (the pool is emptied before it), the
 //! nearest figure to a peak that the runtime offers. `--matrices 81920` is the best-of-20 shape
 //! at batch 512 with 8 blocks.
+//!
+//! `--best-of J` runs best-of-J sampling instead (`vlgo_core::best_of_j_seeded`) at batch 512
+//! with M = 128 generators of 8 blocks of 64 x 64 on d = 512 features: seconds for the J
+//! candidates and, on `cuda`, the pool's reservation afterwards (the acceptance check is J = 100
+//! within one card's memory).
 
 use std::time::Instant;
 
@@ -23,6 +28,7 @@ struct Args {
     reps: usize,
     n: usize,
     tensor_ops: bool,
+    best_of: usize,
 }
 
 fn args() -> Args {
@@ -31,6 +37,7 @@ fn args() -> Args {
         reps: 5,
         n: 64,
         tensor_ops: false,
+        best_of: 0,
     };
     let argv: Vec<String> = std::env::args().collect();
     for (k, w) in argv.iter().enumerate() {
@@ -44,6 +51,7 @@ fn args() -> Args {
             "--reps" => a.reps = value(),
             "--n" => a.n = value(),
             "--tensor-ops" => a.tensor_ops = true,
+            "--best-of" => a.best_of = value(),
             _ => {}
         }
     }
@@ -175,19 +183,80 @@ where
     }
 }
 
+/// Best-of-J sampling at batch 512, M = 128, 8 blocks of 64 (d = 512), J = `args.best_of`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B>>) {
+    use vlgo_core::{
+        FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams, OperatorForm, Threshold,
+        best_of_j_seeded,
+    };
+    let (batch, m, d, block) = (512, 128, 512, 64);
+    let device: B::Device = Default::default();
+    let operators = LieOperatorsConfig::new(m, d)
+        .with_form(OperatorForm::BlockDiagonal(block))
+        .init::<B>(&device)
+        .expect("a valid dictionary");
+    let params = LaplaceParams::<B>::fixed(&FixedPrior::default(), [batch, m], &device);
+    let z0 = Tensor::<B, 2>::random([batch, d], Distribution::Normal(0.0, 1.0), &device);
+    let z1 = Tensor::<B, 2>::random([batch, d], Distribution::Normal(0.0, 1.0), &device);
+    let streams = NoiseStreams::new(0);
+    let run = |samples: usize| {
+        let best = best_of_j_seeded(
+            &operators,
+            &params,
+            z0.clone(),
+            z1.clone(),
+            &Threshold::none(),
+            &streams,
+            0,
+            samples,
+        )
+        .expect("valid shapes");
+        // Reading the errors back waits for the device.
+        best.error.into_data();
+    };
+    // A warm-up with two candidates compiles what the measured run needs.
+    run(2);
+    if let Some(probe) = memory {
+        probe(&device, true);
+    }
+    let start = Instant::now();
+    run(args.best_of);
+    let seconds = start.elapsed().as_secs_f64();
+    let pool = memory
+        .and_then(|probe| probe(&device, false))
+        .map(|(_, reserved)| format!(", pool {:.0} MiB", reserved as f64 / 1048576.0))
+        .unwrap_or_default();
+    println!(
+        "{name}: best-of-{} at batch {batch}, M = {m}, {} blocks of {block}: {seconds:.2} s{pool}",
+        args.best_of,
+        d / block
+    );
+}
+
 fn main() {
     let args = args();
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_mut))]
     let mut ran = false;
     #[cfg(feature = "cuda")]
     if run("cuda") {
-        bench::<burn::backend::Cuda>("cuda", &args, Some(vlgo_core::gpu::cuda_memory));
+        let memory = Some(vlgo_core::gpu::cuda_memory as MemoryProbe<burn::backend::Cuda>);
+        if args.best_of > 0 {
+            best_of::<burn::backend::Cuda>("cuda", &args, memory);
+        } else {
+            bench::<burn::backend::Cuda>("cuda", &args, memory);
+        }
         ran = true;
     }
     #[cfg(feature = "wgpu")]
     if run("wgpu") {
-        bench::<burn::backend::Wgpu>("wgpu", &args, None);
+        if args.best_of > 0 {
+            best_of::<burn::backend::Wgpu>("wgpu", &args, None);
+        } else {
+            bench::<burn::backend::Wgpu>("wgpu", &args, None);
+        }
         ran = true;
     }
     if !ran {
@@ -196,6 +265,7 @@ fn main() {
             args.reps,
             args.n,
             args.tensor_ops,
+            args.best_of,
             run("none"),
         );
         eprintln!("no GPU backend: build with --features cuda or --features wgpu");

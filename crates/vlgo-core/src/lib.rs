@@ -19,9 +19,9 @@
 //! Backends: the cargo features `ndarray` (default), `flex`, `wgpu` and `cuda` implement
 //! [`ExpmBackend`] for the matching Burn backends; `Autodiff` over any of them gets the
 //! exponential's own backward. On `ndarray` and `flex`, f32 exponentials run on the cache-resident
-//! CPU kernel of [`cpu`]; on `cuda`, f32 `expm` forward and backward run on the CubeCL kernels of
-//! `gpu` (built for `wgpu` too, but not routed there yet: see `docs/expm.md`); everything else on
-//! the tensor-op implementation ([`expm::tensor_ops`]).
+//! CPU kernel of [`cpu`]; on `wgpu` and `cuda`, f32 `expm` forward and backward run on the
+//! CubeCL kernels of `gpu`; everything else on the tensor-op implementation
+//! ([`expm::tensor_ops`]).
 //!
 //! # Choices where the design notes are silent
 //!

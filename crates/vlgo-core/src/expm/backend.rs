@@ -155,8 +155,8 @@ impl ExpmBackend for burn_flex::Flex {
 }
 
 /// The CubeCL backends run the kernels of [`crate::gpu`] where [`crate::gpu::accepts`] takes the
-/// input (f32, for now on the CUDA runtime only) and keep the tensor-op path otherwise. `expmv`
-/// stays on tensor ops here.
+/// input (f32 [N, n, n]) and keep the tensor-op path otherwise. `expmv` stays on tensor ops
+/// here.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl<R, F, I, BT> ExpmBackend for burn_cubecl::CubeBackend<R, F, I, BT>
 where

@@ -419,8 +419,8 @@ fn gauss_jordan(
 
 /// The interpreter shared by both kernels. Per finite matrix: load X = 2^-s A (A^T for the
 /// Fréchet derivative, with E = 2^-s G in slot 1), run the program of the plan's degree, then
-/// the squarings: T -> T^2, and for the derivative also dT -> dT T + T dT. The squarings use
-/// the last one (forward) or two (derivative) slots of the cube's workspace.
+/// the squarings: T -> T^2, and for the derivative also dT -> dT T + T dT, ping-ponging with the
+/// spare slots that the program's header names.
 #[cube]
 fn run(
     a: &Tensor<f32>,
@@ -464,11 +464,8 @@ fn run(
             let len = ops[entry + 1] as usize;
             let mut t = ops[entry + 2] as usize;
             let mut dt = ops[entry + 3] as usize;
-            let mut nt = slots - 1;
-            let mut ndt = slots - 1;
-            if comptime!(frechet) {
-                nt = slots - 2;
-            }
+            let mut nt = ops[entry + 4] as usize;
+            let mut ndt = ops[entry + 5] as usize;
             let total = len + squarings * per_squaring;
             for step in 0..total {
                 // A squaring step unless the program says otherwise.

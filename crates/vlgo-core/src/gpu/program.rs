@@ -22,8 +22,9 @@ pub(crate) const KIND_COMBINE: u32 = 1;
 pub(crate) const KIND_SOLVE: u32 = 2;
 /// u32 per row of `ops` (and f32 per row of `vals`: eye, c_1..c_5, padding).
 pub(crate) const ROW: usize = 8;
-/// Header entry per degree: first row, number of rows, result slot, derivative slot.
-pub(crate) const ENTRY: usize = 4;
+/// Header entry per degree: first row, number of rows, result slot, derivative slot, and the two
+/// slots the squarings write (dead program slots where there are some).
+pub(crate) const ENTRY: usize = 6;
 /// Degrees 0..=18 have a header entry (unused degrees have no rows).
 const DEGREES: usize = 19;
 /// u32 before the first row of `ops`.
@@ -130,37 +131,38 @@ impl Flow {
 
     /// Appends a scheme whose value 0 is `x`; returns the flow values of the scheme's values.
     fn scheme(&mut self, program: &Program, x: usize) -> Vec<usize> {
-        let mut map = vec![x];
-        for step in &program.steps {
-            let v = match step {
+        let mut map = vec![x; program.steps.len() + 1];
+        for k in lazy_order(program) {
+            map[k + 1] = match &program.steps[k] {
                 Step::MatMul(i, j) => self.mul(map[*i], map[*j]),
                 Step::Lin(terms, eye) => {
-                    let terms: Vec<_> = terms.iter().map(|&(k, c)| (map[k], c)).collect();
+                    let terms: Vec<_> = terms.iter().map(|&(v, c)| (map[v], c)).collect();
                     self.lin(&terms, *eye)
                 }
             };
-            map.push(v);
         }
         map
     }
 
     /// Appends a scheme and its forward-mode derivative at (X, E) = values (0, 1).
     fn scheme_and_derivative(&mut self, program: &Program) -> (Vec<usize>, Vec<usize>) {
-        let (mut map, mut dmap) = (vec![0], vec![1]);
-        for step in &program.steps {
-            match step {
+        let (mut map, mut dmap) = (
+            vec![0; program.steps.len() + 1],
+            vec![1; program.steps.len() + 1],
+        );
+        for k in lazy_order(program) {
+            match &program.steps[k] {
                 Step::MatMul(i, j) => {
-                    let v = self.mul(map[*i], map[*j]);
+                    map[k + 1] = self.mul(map[*i], map[*j]);
                     let d = self.mul(dmap[*i], map[*j]);
                     self.mul_add(d, map[*i], dmap[*j]);
-                    map.push(v);
-                    dmap.push(d);
+                    dmap[k + 1] = d;
                 }
                 Step::Lin(terms, eye) => {
-                    let primal: Vec<_> = terms.iter().map(|&(k, c)| (map[k], c)).collect();
-                    let tangent: Vec<_> = terms.iter().map(|&(k, c)| (dmap[k], c)).collect();
-                    map.push(self.lin(&primal, *eye));
-                    dmap.push(self.lin(&tangent, 0.0));
+                    let primal: Vec<_> = terms.iter().map(|&(v, c)| (map[v], c)).collect();
+                    let tangent: Vec<_> = terms.iter().map(|&(v, c)| (dmap[v], c)).collect();
+                    map[k + 1] = self.lin(&primal, *eye);
+                    dmap[k + 1] = self.lin(&tangent, 0.0);
                 }
             }
         }
@@ -264,8 +266,42 @@ impl Flow {
     }
 }
 
-/// Builds a table from one flow per degree; `spares` slots follow each program's own for the
-/// squarings.
+/// The scheme's steps with every combination moved to just before its first use: products keep
+/// their order, and a combination's value (a Taylor B_i, say) takes a slot only once it is needed,
+/// which saves slots where a scheme forms all its combinations up front.
+fn lazy_order(program: &Program) -> Vec<usize> {
+    fn need(program: &Program, k: usize, done: &mut [bool], order: &mut Vec<usize>) {
+        if done[k] {
+            return;
+        }
+        done[k] = true;
+        let operands: Vec<usize> = match &program.steps[k] {
+            Step::MatMul(i, j) => vec![*i, *j],
+            Step::Lin(terms, _) => terms.iter().map(|t| t.0).collect(),
+        };
+        // Value v > 0 is the result of step v - 1.
+        for v in operands.into_iter().filter(|&v| v > 0) {
+            need(program, v - 1, done, order);
+        }
+        order.push(k);
+    }
+    let mut done = vec![false; program.steps.len()];
+    let mut order = Vec::with_capacity(program.steps.len());
+    for (k, step) in program.steps.iter().enumerate() {
+        if matches!(step, Step::MatMul(..)) {
+            need(program, k, &mut done, &mut order);
+        }
+    }
+    for v in [program.outputs.0, program.outputs.1] {
+        if v > 0 {
+            need(program, v - 1, &mut done, &mut order);
+        }
+    }
+    order
+}
+
+/// Builds a table from one flow per degree; the squarings need `spares` more slots (1 forward,
+/// 2 for the derivative), the lowest that hold no result when the program ends.
 fn assemble(
     flows: Vec<(usize, Flow, Vec<usize>)>,
     spares: usize,
@@ -281,9 +317,13 @@ fn assemble(
         let entry = degree * ENTRY;
         ops[entry] = start as u32;
         ops[entry + 1] = len as u32;
-        ops[entry + 2] = at[0] as u32;
-        ops[entry + 3] = at.get(1).copied().unwrap_or(at[0]) as u32;
-        slots = slots.max(used);
+        let (t, dt) = (at[0], at.get(1).copied().unwrap_or(at[0]));
+        let free: Vec<usize> = (0..).filter(|s| *s != t && *s != dt).take(spares).collect();
+        ops[entry + 2] = t as u32;
+        ops[entry + 3] = dt as u32;
+        ops[entry + 4] = free[0] as u32;
+        ops[entry + 5] = free[spares - 1] as u32;
+        slots = slots.max(used).max(free[spares - 1] + 1);
     }
     Table {
         ops_bytes: ops.iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -294,7 +334,7 @@ fn assemble(
             .flat_map(f32::to_le_bytes)
             .collect(),
         degrees: thetas.len(),
-        slots: slots + spares,
+        slots,
     }
 }
 
@@ -414,8 +454,14 @@ mod tests {
             }
         }
         let (r, d) = (ops[entry + 2] as usize, ops[entry + 3] as usize);
-        // The squarings' spare slots lie past every program slot.
-        assert!(r.max(d) < table.slots - if d == r { 1 } else { 2 });
+        // The squarings' slots hold no result and lie in the workspace.
+        let spare = [ops[entry + 4] as usize, ops[entry + 5] as usize];
+        for s in spare {
+            assert!(s != r && s != d && s < table.slots, "spare slot {s}");
+        }
+        if r != d {
+            assert!(spare[0] != spare[1], "two spare slots for the derivative");
+        }
         (work[r], work[d])
     }
 

@@ -363,3 +363,21 @@ fn the_backend_kernel_equals_the_tensor_op_path() {
         }
     }
 }
+
+/// On the CubeCL backends f32 exponentials take the kernels and f64 the tensor ops: a routing
+/// regression would leave the reference test above comparing the tensor-op path with itself.
+#[test]
+fn f32_exponentials_take_the_gpu_kernels_on_cubecl_backends() {
+    use burn::tensor::Shape;
+    use vlgo_core::ExpmBackend;
+    let gpu = cfg!(any(feature = "test-wgpu", feature = "test-cuda"));
+    for n in [1, 5, 64] {
+        let shape = Shape::new([3, n, n]);
+        assert_eq!(<B as ExpmBackend>::has_expm_kernel(DType::F32, &shape), gpu);
+        assert!(!<B as ExpmBackend>::has_expm_kernel(DType::F64, &shape));
+    }
+    assert!(!<B as ExpmBackend>::has_expm_kernel(
+        DType::F32,
+        &Shape::new([3, 4, 5])
+    ));
+}
