@@ -173,18 +173,18 @@ struct Launch<R: CubeRuntime> {
     slots: u32,
 }
 
-/// Prepares a launch over A [count, n, n], or returns the empty output when count is 0.
+/// Prepares a launch over A [count, n, n]; `Err` carries the output of an empty batch.
 fn prepare<R: CubeRuntime>(
     a: CubeTensor<R>,
     table: &Table,
     rows: bool,
-) -> Result<Launch<R>, CubeTensor<R>> {
+) -> Result<Launch<R>, Box<CubeTensor<R>>> {
     let a = into_contiguous(a);
     let shape = a.meta.shape().clone();
     let (count, n) = (shape[0], shape[1]);
     let out = empty_device_contiguous_dtype(a.client.clone(), a.device.clone(), shape, DType::F32);
     if count == 0 {
-        return Err(out);
+        return Err(Box::new(out));
     }
     let layout = Layout::new(&a.client, n, count, table.slots);
     let plan = plan(&a, &layout, count, table, rows);
@@ -207,7 +207,7 @@ fn prepare<R: CubeRuntime>(
 pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<R> {
     let l = match prepare(a, program::forward_table(method), false) {
         Ok(launch) => launch,
-        Err(empty) => return empty,
+        Err(empty) => return *empty,
     };
     kernels::expm_kernel::launch::<R>(
         &l.a.client,
@@ -231,7 +231,7 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
 pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> CubeTensor<R> {
     let l = match prepare(a, program::frechet_table(), true) {
         Ok(launch) => launch,
-        Err(empty) => return empty,
+        Err(empty) => return *empty,
     };
     let grad = into_contiguous(grad);
     kernels::frechet_kernel::launch::<R>(
