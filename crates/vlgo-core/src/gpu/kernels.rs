@@ -4,9 +4,10 @@
 //! slot program ([`super::program`]): products, linear combinations and a solve over n x n slots
 //! of the cube's workspace. [`plan_kernel`] picks every matrix's degree and squarings on the
 //! device; [`expm_kernel`] and [`frechet_kernel`] then run that degree's program and the
-//! squarings. Matrix size and launch layout are run-time values: one compiled shader serves every
-//! n and every degree (a per-size shader took seconds to compile on software Vulkan, and each
-//! inlined product multiplied the shader's size).
+//! squarings. Matrix size, degree and k-slab width are run-time values: a shader is compiled per
+//! workgroup size (32 to 256 units, by n) and per power of two of n above 64, not per n and
+//! degree (a per-size shader took seconds to compile on software Vulkan, and each inlined product
+//! multiplied the shader's size).
 //!
 //! Each product stages k-slabs of its operands in shared memory and every unit accumulates a
 //! 4 x 4 tile of the result in registers. A product or combination writes global memory that
@@ -566,7 +567,7 @@ fn run(
 /// exp(A) for a batch [count, n, n], with the plan's degree and squarings per matrix.
 ///
 /// `slab` floats of shared memory per operand slab and `cap` >= n multipliers of the solve are
-/// the only compile-time values: one shader per device.
+/// the only compile-time arguments (with the workgroup size of the launch).
 #[cube(launch)]
 pub(crate) fn expm_kernel(
     a: &Tensor<f32>,

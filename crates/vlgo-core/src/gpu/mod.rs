@@ -83,7 +83,8 @@ impl Layout {
         let max_units = (props.hardware.max_units_per_cube as usize).clamp(32, MAX_UNITS);
         let max_units = 1 << max_units.ilog2();
         let units = tiles.next_power_of_two().clamp(32, max_units);
-        // Every n up to 64 shares one compiled kernel; larger n round up to a power of two.
+        // Shared-memory sizes are compile-time: every n up to 64 shares them, larger n round up
+        // to a power of two. (The workgroup size, 32 to 256 units by n, is part of a shader too.)
         let cap = n.next_power_of_two().max(64);
         let shared = props.hardware.max_shared_memory_size.min(SHARED_BYTES);
         // The multipliers and the pivot search's two per-unit arrays share the budget with the

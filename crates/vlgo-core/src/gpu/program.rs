@@ -441,11 +441,11 @@ mod tests {
                     work[dst] = if o[7] == 1 { work[dst] + p } else { p };
                 }
                 KIND_COMBINE => {
+                    // As the kernel: padding terms read their slot (which must hold a value:
+                    // the workspace starts as NaN here) and weigh it by 0.
                     let v: f64 = c[0] as f64
                         + (0..TERMS)
-                            .map(|k| {
-                                c[1 + k] as f64 * if c[1 + k] == 0.0 { 0.0 } else { work[s(k)] }
-                            })
+                            .map(|k| c[1 + k] as f64 * work[s(k)])
                             .sum::<f64>();
                     work[dst] = v;
                 }
