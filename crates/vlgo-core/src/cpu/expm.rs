@@ -95,14 +95,20 @@ pub fn column_norms(a: &[f32], n: usize, mu: f32) -> Option<(f64, f64)> {
             for (s, &x) in sums[..w].iter_mut().zip(row) {
                 *s += x.abs() as f64;
             }
-            for (c, (s, &x)) in shifted_sums[..w].iter_mut().zip(row).enumerate() {
-                let x = if j0 + c == i { x - mu } else { x };
-                *s += x.abs() as f64;
+            // Without a shift (every `expm` plan) the shifted sums are the sums themselves.
+            if mu != 0.0 {
+                for (c, (s, &x)) in shifted_sums[..w].iter_mut().zip(row).enumerate() {
+                    let x = if j0 + c == i { x - mu } else { x };
+                    *s += x.abs() as f64;
+                }
             }
         }
         total += sums[..w].iter().sum::<f64>();
         norm = sums[..w].iter().copied().fold(norm, f64::max);
         shifted = shifted_sums[..w].iter().copied().fold(shifted, f64::max);
+    }
+    if mu == 0.0 {
+        shifted = norm;
     }
     total.is_finite().then_some((norm, shifted))
 }

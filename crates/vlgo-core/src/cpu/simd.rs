@@ -1,8 +1,9 @@
 //! Small dense f32 kernels on row-major n x n matrices held in cache: products (A B, x^T M,
 //! P^T Q), matrix-vector product, axpy and linear combinations, LU with partial pivoting and its
-//! solve, transpose. The bodies are plain loops over fixed-width chunks that the compiler vectorises; they are
-//! compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the CPU has is chosen once
-//! at run time, so one binary runs everywhere and uses AVX-512 where it exists.
+//! solve, transpose. The bodies are plain loops over fixed-width chunks that the compiler
+//! vectorises; they are compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the
+//! CPU has is chosen once at run time, so one binary runs everywhere and uses AVX-512 where it
+//! exists.
 
 use std::sync::OnceLock;
 

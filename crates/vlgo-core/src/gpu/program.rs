@@ -200,22 +200,19 @@ impl Flow {
         for (v, s) in slot.iter_mut().enumerate().take(self.inputs) {
             *s = Some(v);
         }
-        let release = |busy: &mut Vec<bool>, slot: &[Option<usize>], v: usize| {
-            if let Some(s) = slot[v] {
-                busy[s] = false;
-            }
-        };
         for (k, (out, op)) in self.steps.iter().enumerate() {
-            let inputs = reads(op);
+            // Slots of the operands whose last use this is.
+            let dying: Vec<usize> = reads(op)
+                .into_iter()
+                .filter(|&v| last[v] == k && v != *out)
+                .map(|v| slot[v].expect("a value is written before it is read"))
+                .collect();
+            let release = |busy: &mut Vec<bool>| dying.iter().for_each(|&s| busy[s] = false);
             // A combination reads and writes entry by entry, so its result may take the slot of
             // a term that dies here; a product may not overwrite its operands.
             let elementwise = matches!(op, Op::Lin { .. });
             if elementwise {
-                for &v in &inputs {
-                    if last[v] == k && v != *out {
-                        release(&mut busy, &slot, v);
-                    }
-                }
+                release(&mut busy);
             }
             if slot[*out].is_none() {
                 let free = busy.iter().position(|b| !b).unwrap_or(busy.len());
@@ -227,11 +224,7 @@ impl Flow {
                 slot[*out] = Some(free);
             }
             if !elementwise {
-                for &v in &inputs {
-                    if last[v] == k && v != *out {
-                        release(&mut busy, &slot, v);
-                    }
-                }
+                release(&mut busy);
             }
             let at = |v: usize| slot[v].expect("a value is written before it is read") as u32;
             let mut row = [0u32; ROW];
