@@ -34,6 +34,13 @@ pub trait ExpmBackend: Backend {
         false
     }
 
+    /// Whether [`ExpmBackend::expmv_checkpointed`] and its backward run kernels of their own for
+    /// A of this dtype and shape (see [`ExpmBackend::has_expm_kernel`]).
+    #[doc(hidden)]
+    fn has_expmv_kernel(_dtype: burn::tensor::DType, _shape: &burn::tensor::Shape) -> bool {
+        false
+    }
+
     /// exp(A) for A [N, n, n] in A's dtype.
     fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
         unwrap(tensor_ops::expm::<Self>(wrap(a), method))
@@ -154,9 +161,9 @@ impl ExpmBackend for burn_flex::Flex {
     cpu_kernel_methods!();
 }
 
-/// The CubeCL backends run the kernels of [`crate::gpu`] where [`crate::gpu::accepts`] takes the
-/// input (f32 [N, n, n]) and keep the tensor-op path otherwise. `expmv` stays on tensor ops
-/// here.
+/// The CubeCL backends run the kernels of [`crate::gpu`] where they take the input (f32
+/// [N, n, n], see [`crate::gpu::accepts`] and [`crate::gpu::expmv_takes`]) and keep the
+/// tensor-op path otherwise.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl<R, F, I, BT> ExpmBackend for burn_cubecl::CubeBackend<R, F, I, BT>
 where
@@ -192,6 +199,47 @@ where
             ))
         }
     }
+
+    fn has_expmv_kernel(dtype: burn::tensor::DType, shape: &burn::tensor::Shape) -> bool {
+        crate::gpu::expmv_takes(dtype, shape)
+    }
+
+    fn expmv_checkpointed(
+        a: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        config: ExpmvConfig,
+    ) -> (Tensor<Self, 2>, ExpmvCheckpoints<Self>) {
+        if crate::gpu::expmv_takes(a.dtype, a.meta.shape()) && v.dtype == a.dtype {
+            let (y, routes) = crate::gpu::expmv(a, v, &config);
+            (wrap(y), ExpmvCheckpoints::for_device(config, wrap(routes)))
+        } else {
+            expmv::expmv_forward::<Self>(wrap(a), wrap(v), &config)
+        }
+    }
+
+    fn expmv_backward(
+        a: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        saved: &ExpmvCheckpoints<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        match &saved.routes {
+            Some(routes) => {
+                let (count, n) = (a.meta.shape()[0], a.meta.shape()[1]);
+                let routes = unwrap(routes.clone());
+                let out = crate::gpu::expmv_backward(a, v, grad, routes, &saved.config);
+                let out: Tensor<Self, 2> = wrap(out);
+                let abar = out.clone().slice([0..count, 0..n * n]).reshape([count, n, n]);
+                let vbar = out.slice([0..count, n * n..n * n + n]);
+                (unwrap(abar), unwrap(vbar))
+            }
+            None => {
+                let (abar, vbar) =
+                    expmv::expmv_backward::<Self>(wrap(a), wrap(v), wrap(grad), saved);
+                (unwrap(abar), unwrap(vbar))
+            }
+        }
+    }
 }
 
 /// `Wgpu` and `Cuda` with fusion are `Fusion<CubeBackend>`: where the inner backend has a kernel,
@@ -204,8 +252,55 @@ mod fusion {
     use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
     use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
+    use burn::prelude::*;
+
     use super::{ExpmBackend, tensor_ops, unwrap, wrap};
-    use crate::expm::ExpmMethod;
+    use crate::expm::expmv::{self, ExpmvCheckpoints};
+    use crate::expm::{ExpmMethod, ExpmvConfig};
+    use crate::gpu::ROUTE_STRIDE;
+
+    /// exp(A) v with its routes (inputs A, v) or its adjoints (inputs A, v, the upstream
+    /// gradient and the routes).
+    #[derive(Debug)]
+    struct ExpmvOp<B> {
+        desc: CustomOpIr,
+        config: ExpmvConfig,
+        backward: bool,
+        _backend: core::marker::PhantomData<B>,
+    }
+
+    impl<B: FusionBackend + ExpmBackend> Operation<B::FusionRuntime> for ExpmvOp<B> {
+        fn execute(
+            &self,
+            handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+        ) {
+            if self.backward {
+                let ([a, v, grad, routes], [abar, vbar]) = self.desc.as_fixed();
+                let routes = handles.get_float_tensor::<B>(routes);
+                let saved = ExpmvCheckpoints::for_device(self.config, wrap(routes));
+                let (abar_t, vbar_t) = B::expmv_backward(
+                    handles.get_float_tensor::<B>(a),
+                    handles.get_float_tensor::<B>(v),
+                    handles.get_float_tensor::<B>(grad),
+                    &saved,
+                );
+                handles.register_float_tensor::<B>(&abar.id, abar_t);
+                handles.register_float_tensor::<B>(&vbar.id, vbar_t);
+            } else {
+                let ([a, v], [y, routes]) = self.desc.as_fixed();
+                let (y_t, saved) = B::expmv_checkpointed(
+                    handles.get_float_tensor::<B>(a),
+                    handles.get_float_tensor::<B>(v),
+                    self.config,
+                );
+                let routes_t = saved
+                    .routes
+                    .expect("the inner backend's expmv kernel keeps its routes");
+                handles.register_float_tensor::<B>(&y.id, unwrap(y_t));
+                handles.register_float_tensor::<B>(&routes.id, unwrap(routes_t));
+            }
+        }
+    }
 
     /// exp(A) (one input) or its adjoint (inputs A and the upstream gradient).
     #[derive(Debug)]
@@ -282,6 +377,74 @@ mod fusion {
             client
                 .register(streams, OperationIr::Custom(desc), op)
                 .output()
+        }
+
+        fn has_expmv_kernel(dtype: burn::tensor::DType, shape: &burn::tensor::Shape) -> bool {
+            B::has_expmv_kernel(dtype, shape)
+        }
+
+        fn expmv_checkpointed(
+            a: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            config: ExpmvConfig,
+        ) -> (Tensor<Self, 2>, ExpmvCheckpoints<Self>) {
+            if !B::has_expmv_kernel(a.dtype, &a.shape) || v.dtype != a.dtype {
+                return expmv::expmv_forward::<Self>(wrap(a), wrap(v), &config);
+            }
+            let client = a.client.clone();
+            let count = a.shape[0];
+            let streams = OperationStreams::with_inputs([&a, &v]);
+            let y = TensorIr::uninit(client.create_empty_handle(), v.shape.clone(), a.dtype);
+            let routes = TensorIr::uninit(
+                client.create_empty_handle(),
+                Shape::new([count, ROUTE_STRIDE]),
+                a.dtype,
+            );
+            let desc =
+                CustomOpIr::new("vlgo_expmv", &[a.into_ir(), v.into_ir()], &[y, routes]);
+            let op = ExpmvOp::<B> {
+                desc: desc.clone(),
+                config,
+                backward: false,
+                _backend: core::marker::PhantomData,
+            };
+            let [y, routes] = client
+                .register(streams, OperationIr::Custom(desc), op)
+                .outputs();
+            (wrap(y), ExpmvCheckpoints::for_device(config, wrap(routes)))
+        }
+
+        fn expmv_backward(
+            a: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            saved: &ExpmvCheckpoints<Self>,
+        ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+            let Some(routes) = &saved.routes else {
+                let (abar, vbar) =
+                    expmv::expmv_backward::<Self>(wrap(a), wrap(v), wrap(grad), saved);
+                return (unwrap(abar), unwrap(vbar));
+            };
+            let routes = unwrap(routes.clone());
+            let client = a.client.clone();
+            let streams = OperationStreams::with_inputs([&a, &v, &grad, &routes]);
+            let abar = TensorIr::uninit(client.create_empty_handle(), a.shape.clone(), a.dtype);
+            let vbar = TensorIr::uninit(client.create_empty_handle(), v.shape.clone(), a.dtype);
+            let desc = CustomOpIr::new(
+                "vlgo_expmv_backward",
+                &[a.into_ir(), v.into_ir(), grad.into_ir(), routes.into_ir()],
+                &[abar, vbar],
+            );
+            let op = ExpmvOp::<B> {
+                desc: desc.clone(),
+                config: saved.config,
+                backward: true,
+                _backend: core::marker::PhantomData,
+            };
+            let [abar, vbar] = client
+                .register(streams, OperationIr::Custom(desc), op)
+                .outputs();
+            (abar, vbar)
         }
     }
 }

@@ -144,6 +144,9 @@ pub struct ExpmvCheckpoints<B: Backend> {
     pub(crate) kernel: bool,
     /// Per matrix, what the CPU kernel's forward chose (empty off the kernel).
     pub(crate) records: Vec<KernelRecord>,
+    /// Per matrix, what the GPU kernels' forward chose, on the device ([N, 4]: kind, m, s, mu);
+    /// the GPU backward reads it. `None` off those kernels.
+    pub(crate) routes: Option<Tensor<B, 2>>,
     pub(crate) plan: ExpmvPlan,
     /// Shifted and scaled matrices A'/s of the Taylor part, sorted.
     pub(crate) scaled: Option<Tensor<B, 3>>,
@@ -160,12 +163,23 @@ pub struct ExpmvCheckpoints<B: Backend> {
 }
 
 impl<B: Backend> ExpmvCheckpoints<B> {
+    /// Checkpoints of a GPU kernel forward: the options and the device's routes.
+    pub(crate) fn for_device(config: ExpmvConfig, routes: Tensor<B, 2>) -> Self {
+        Self {
+            kernel: false,
+            records: Vec::new(),
+            routes: Some(routes),
+            ..Self::for_kernel(config, Vec::new())
+        }
+    }
+
     /// Checkpoints of a kernel forward: only the options, the kernel recomputes the rest.
     pub(crate) fn for_kernel(config: ExpmvConfig, records: Vec<KernelRecord>) -> Self {
         Self {
             config,
             kernel: true,
             records,
+            routes: None,
             plan: ExpmvPlan::default(),
             scaled: None,
             eta: None,
@@ -277,6 +291,7 @@ pub(crate) fn expmv_forward<B: Backend>(
         config: *config,
         kernel: false,
         records: Vec::new(),
+        routes: None,
         plan: plan.clone(),
         scaled: None,
         eta: None,

@@ -24,6 +24,7 @@ use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
 use super::program::{ENTRY, HEADER, KIND_COMBINE, KIND_MUL, ROW};
+use super::taylor::{ROUTE_DENSE, ROUTE_STRIDE, is_kind};
 
 /// Entries per matrix in the plan buffer: scale 2^-s (a NaN for a non-finite matrix), s,
 /// degree, and 1 for a finite matrix or 0.
@@ -419,14 +420,72 @@ fn gauss_jordan(
     barrier();
 }
 
-/// The interpreter shared by both kernels. Per finite matrix: load X = 2^-s A (A^T for the
-/// Fréchet derivative, with E = 2^-s G in slot 1), run the program of the plan's degree, then
-/// the squarings: T -> T^2, and for the derivative also dT -> dT T + T dT, ping-ponging with the
+/// What an interpreter run computes and where it writes (`out` per matrix).
+pub(crate) const MODE_EXPM: u32 = 0;
+/// L(A^T, G): the adjoint of A for the upstream gradient G.
+pub(crate) const MODE_FRECHET: u32 = 1;
+/// exp(A) v for the matrices that `expmv` routes to the explicit exponential: [n] per matrix.
+pub(crate) const MODE_DENSE: u32 = 2;
+/// Their adjoints: L(A^T, g v^T) then exp(A)^T g, [n * n + n] per matrix.
+pub(crate) const MODE_DENSE_BACKWARD: u32 = 3;
+
+/// work[dst..] = scale * g v^T (row i of the outer product is g_i v^T).
+#[cube]
+fn load_outer(
+    g: &Tensor<f32>,
+    v: &Tensor<f32>,
+    offset: usize,
+    work: &mut Array<f32>,
+    dst: usize,
+    scale: f32,
+    n: usize,
+) {
+    let mut e = UNIT_POS as usize;
+    while e < n * n {
+        work[dst + e] = scale * g[offset + e / n] * v[offset + e % n];
+        e += CUBE_DIM as usize;
+    }
+    barrier();
+}
+
+/// out[offset + i] = sum_k work[src + i n + k] x[at + k].
+#[cube]
+fn store_matvec(
+    work: &Array<f32>,
+    src: usize,
+    x: &Tensor<f32>,
+    at: usize,
+    out: &mut Tensor<f32>,
+    offset: usize,
+    n: usize,
+) {
+    let mut i = UNIT_POS as usize;
+    while i < n {
+        let mut s = f32::new(0.0);
+        for k in 0..n {
+            s += work[src + i * n + k] * x[at + k];
+        }
+        out[offset + i] = s;
+        i += CUBE_DIM as usize;
+    }
+    barrier();
+}
+
+/// The interpreter shared by the kernels. Per matrix: load X = 2^-s A (A^T for the Fréchet
+/// derivative, with E = 2^-s G in slot 1), run the program of the plan's degree, then the
+/// squarings: T -> T^2, and for the derivative also dT -> dT T + T dT, ping-ponging with the
 /// spare slots that the program's header names.
+///
+/// `mode` says what is computed and stored ([`MODE_EXPM`] ...). In the `expmv` modes `v` and `u`
+/// are the vectors v and g [N, n], only matrices whose route (`routes`) is dense are taken, and
+/// the others are left to the Taylor kernels; otherwise `v`, `u` and `routes` are not read.
 #[cube]
 fn run(
     a: &Tensor<f32>,
     g: &Tensor<f32>,
+    v: &Tensor<f32>,
+    u: &Tensor<f32>,
+    routes: &Array<f32>,
     plan: &Array<f32>,
     ops: &Array<u32>,
     vals: &Array<f32>,
@@ -436,8 +495,10 @@ fn run(
     slots: u32,
     #[comptime] slab: usize,
     #[comptime] cap: usize,
-    #[comptime] frechet: bool,
+    #[comptime] mode: u32,
 ) {
+    let frechet = comptime!(mode == MODE_FRECHET || mode == MODE_DENSE_BACKWARD);
+    let vectors = comptime!(mode == MODE_DENSE || mode == MODE_DENSE_BACKWARD);
     let n = n as usize;
     let nn = n * n;
     let count = a.len() / nn;
@@ -456,10 +517,19 @@ fn run(
         let scale = plan[at];
         let squarings = u32::cast_from(plan[at + 1]) as usize;
         let degree = u32::cast_from(plan[at + 2]) as usize;
-        if plan[at + 3] > f32::new(0.5) {
-            load_scaled(a, mat * nn, work, base, scale, n, frechet);
-            if comptime!(frechet) {
-                load_scaled(g, mat * nn, work, base + nn, scale, n, false);
+        let mut take = plan[at + 3] > f32::new(0.5);
+        if comptime!(vectors) {
+            take = is_kind(routes[mat * ROUTE_STRIDE], ROUTE_DENSE);
+        }
+        if take {
+            if comptime!(mode == MODE_DENSE_BACKWARD) {
+                load_scaled(a, mat * nn, work, base, scale, n, true);
+                load_outer(u, v, mat * n, work, base + nn, scale, n);
+            } else {
+                load_scaled(a, mat * nn, work, base, scale, n, frechet);
+                if comptime!(mode == MODE_FRECHET) {
+                    load_scaled(g, mat * nn, work, base + nn, scale, n, false);
+                }
             }
             let entry = degree * ENTRY;
             let start = ops[entry] as usize;
@@ -552,12 +622,19 @@ fn run(
                     }
                 }
             }
-            let mut result = t;
-            if comptime!(frechet) {
-                result = dt;
+            if comptime!(mode == MODE_EXPM) {
+                store(work, base + t * nn, out, mat * nn, n);
+            } else if comptime!(mode == MODE_FRECHET) {
+                store(work, base + dt * nn, out, mat * nn, n);
+            } else if comptime!(mode == MODE_DENSE) {
+                store_matvec(work, base + t * nn, v, mat * n, out, mat * n, n);
+            } else {
+                // The slot T holds exp(A^T) = exp(A)^T: vbar = exp(A)^T g is T g.
+                let row = mat * (nn + n);
+                store(work, base + dt * nn, out, row, n);
+                store_matvec(work, base + t * nn, u, mat * n, out, row + nn, n);
             }
-            store(work, base + result * nn, out, mat * nn, n);
-        } else {
+        } else if comptime!(!vectors) {
             fill(out, mat * nn, scale, n);
         }
         mat += CUBE_COUNT;
@@ -581,7 +658,7 @@ pub(crate) fn expm_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
 ) {
-    run(a, a, plan, ops, vals, out, work, n, slots, slab, cap, false);
+    run(a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, MODE_EXPM);
 }
 
 /// The Fréchet derivative L(A^T, G) of exp, which is the adjoint of A for the upstream
@@ -601,5 +678,62 @@ pub(crate) fn frechet_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
 ) {
-    run(a, g, plan, ops, vals, out, work, n, slots, slab, cap, true);
+    run(a, g, a, g, plan, plan, ops, vals, out, work, n, slots, slab, cap, MODE_FRECHET);
+}
+
+/// exp(A) v for the matrices that `expmv` routes to the explicit exponential (Padé), into
+/// out [N, n]; the Taylor kernel writes the others.
+#[cube(launch)]
+pub(crate) fn expmv_dense_kernel(
+    a: &Tensor<f32>,
+    v: &Tensor<f32>,
+    routes: &Array<f32>,
+    plan: &Array<f32>,
+    ops: &Array<u32>,
+    vals: &Array<f32>,
+    out: &mut Tensor<f32>,
+    work: &mut Array<f32>,
+    n: u32,
+    slots: u32,
+    #[comptime] slab: usize,
+    #[comptime] cap: usize,
+) {
+    run(a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, MODE_DENSE);
+}
+
+/// The adjoints of the matrices that `expmv` routed to the explicit exponential: per matrix
+/// Abar = L(A^T, g v^T) and vbar = exp(A)^T g into out [N, n * n + n].
+#[cube(launch)]
+pub(crate) fn expmv_dense_backward_kernel(
+    a: &Tensor<f32>,
+    v: &Tensor<f32>,
+    g: &Tensor<f32>,
+    routes: &Array<f32>,
+    plan: &Array<f32>,
+    ops: &Array<u32>,
+    vals: &Array<f32>,
+    out: &mut Tensor<f32>,
+    work: &mut Array<f32>,
+    n: u32,
+    slots: u32,
+    #[comptime] slab: usize,
+    #[comptime] cap: usize,
+) {
+    run(
+        a,
+        a,
+        v,
+        g,
+        routes,
+        plan,
+        ops,
+        vals,
+        out,
+        work,
+        n,
+        slots,
+        slab,
+        cap,
+        MODE_DENSE_BACKWARD,
+    );
 }

@@ -10,12 +10,23 @@
 //!   nothing between the passes. Both forward methods use it: each approximates exp to the f32
 //!   bar, so the gradient of either is L(A^T, G) to that accuracy.
 //!
+//! * [`expmv`] / [`expmv_backward`]: exp(A) v by the truncated Taylor series with shift and early
+//!   termination, per matrix the same route as the CPU and tensor-op paths (the explicit
+//!   exponential where that is cheaper), and its checkpointed adjoint (module `taylor`). The
+//!   routes stay on the device and are the forward's checkpoint.
+//!
 //! A cube walks through its share of the batch (the grid is capped), so the workspace is a fixed
-//! number of n x n slots per cube whatever the batch size. Inputs other than f32 [N, n, n] with
-//! 1 <= n <= [`MAX_N`] keep the tensor-op path (f64 is the oracle there).
+//! number of n x n slots (or vectors) per cube whatever the batch size. Inputs other than f32
+//! [N, n, n] with 1 <= n <= [`MAX_N`] ([`MAX_VECTOR_N`] for `expmv`) keep the tensor-op path
+//! (f64 is the oracle there).
 
+mod expmv;
 mod kernels;
 mod program;
+mod taylor;
+
+pub use expmv::{MAX_VECTOR_N, expmv, expmv_backward, expmv_takes};
+pub(crate) use taylor::ROUTE_STRIDE;
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl;
@@ -162,10 +173,9 @@ fn plan<R: CubeRuntime>(
     plan
 }
 
-/// What both kernels need: the contiguous input, its output, layout, plan and program tables.
+/// What the interpreter kernels need: the contiguous input, layout, plan and program tables.
 struct Launch<R: CubeRuntime> {
     a: CubeTensor<R>,
-    out: CubeTensor<R>,
     layout: Layout,
     plan: CubeTensor<R>,
     ops: CubeTensor<R>,
@@ -174,42 +184,41 @@ struct Launch<R: CubeRuntime> {
     slots: u32,
 }
 
-/// Prepares a launch over A [count, n, n]; `Err` carries the output of an empty batch.
-fn prepare<R: CubeRuntime>(
-    a: CubeTensor<R>,
-    table: &Table,
-    rows: bool,
-) -> Result<Launch<R>, Box<CubeTensor<R>>> {
-    let a = into_contiguous(a);
-    let shape = a.meta.shape().clone();
-    let (count, n) = (shape[0], shape[1]);
-    let out = empty_device_contiguous_dtype(a.client.clone(), a.device.clone(), shape, DType::F32);
-    if count == 0 {
-        return Err(Box::new(out));
+impl<R: CubeRuntime> Launch<R> {
+    /// Plans a launch over a contiguous, non-empty A [count, n, n] with at most `max_grid` cubes.
+    fn new(a: CubeTensor<R>, table: &Table, rows: bool, max_grid: usize) -> Self {
+        let shape = a.meta.shape();
+        let (count, n) = (shape[0], shape[1]);
+        let layout = Layout::new(&a.client, n, count.min(max_grid), table.slots);
+        let plan = plan(&a, &layout, count, table, rows);
+        let ops = buffer(&a, &table.ops_bytes, DType::U32);
+        let vals = buffer(&a, &table.vals_bytes, DType::F32);
+        let work = empty(&a, layout.grid * table.slots * n * n);
+        Self {
+            a,
+            layout,
+            plan,
+            ops,
+            vals,
+            work,
+            slots: table.slots as u32,
+        }
     }
-    let layout = Layout::new(&a.client, n, count, table.slots);
-    let plan = plan(&a, &layout, count, table, rows);
-    let ops = buffer(&a, &table.ops_bytes, DType::U32);
-    let vals = buffer(&a, &table.vals_bytes, DType::F32);
-    let work = empty(&a, layout.grid * table.slots * n * n);
-    Ok(Launch {
-        a,
-        out,
-        layout,
-        plan,
-        ops,
-        vals,
-        work,
-        slots: table.slots as u32,
-    })
+}
+
+/// An uninitialised f32 tensor of `shape` on A's device.
+fn output<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<R> {
+    empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape, DType::F32)
 }
 
 /// exp(A) for f32 A [N, n, n] (see [`accepts`]).
 pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<R> {
-    let l = match prepare(a, program::forward_table(method), false) {
-        Ok(launch) => launch,
-        Err(empty) => return *empty,
-    };
+    let a = into_contiguous(a);
+    let out = output(&a, a.meta.shape().clone());
+    if a.meta.shape()[0] == 0 {
+        return out;
+    }
+    let l = Launch::new(a, program::forward_table(method), false, MAX_GRID);
     kernels::expm_kernel::launch::<R>(
         &l.a.client,
         l.layout.cube_count(),
@@ -218,22 +227,24 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
         l.plan.into_array_arg(),
         l.ops.into_array_arg(),
         l.vals.into_array_arg(),
-        l.out.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
         l.work.into_array_arg(),
         l.layout.n as u32,
         l.slots,
         l.layout.slab,
         l.layout.cap,
     );
-    l.out
+    out
 }
 
 /// The adjoint of A given the adjoint `grad` of exp(A), for f32 A [N, n, n].
 pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> CubeTensor<R> {
-    let l = match prepare(a, program::frechet_table(), true) {
-        Ok(launch) => launch,
-        Err(empty) => return *empty,
-    };
+    let a = into_contiguous(a);
+    let out = output(&a, a.meta.shape().clone());
+    if a.meta.shape()[0] == 0 {
+        return out;
+    }
+    let l = Launch::new(a, program::frechet_table(), true, MAX_GRID);
     let grad = into_contiguous(grad);
     kernels::frechet_kernel::launch::<R>(
         &l.a.client,
@@ -244,14 +255,14 @@ pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> C
         l.plan.into_array_arg(),
         l.ops.into_array_arg(),
         l.vals.into_array_arg(),
-        l.out.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
         l.work.into_array_arg(),
         l.layout.n as u32,
         l.slots,
         l.layout.slab,
         l.layout.cap,
     );
-    l.out
+    out
 }
 
 /// Memory of the CUDA runtime's pool on `device`: (bytes in use, bytes reserved). With `reset`

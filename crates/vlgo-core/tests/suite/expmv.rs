@@ -222,3 +222,95 @@ fn expmv_gradient_at_zero_is_the_outer_product() {
         assert!(rel_frobenius_host(&gv, &g) < 1e-7);
     }
 }
+
+/// The backend's `expmv` kernels (CubeCL on `wgpu` / `cuda`, the cache-resident ones on the CPU
+/// backends) against the tensor-op path on NdArray, forward and both adjoints: every route (the
+/// Taylor loop with and without shift, early termination, the explicit exponential for large
+/// norms, non-finite rows), many Taylor steps (norm 120 with the fallback off: about 40), A
+/// staged in shared memory (n <= 64) and read from global memory (n = 80), and more dense
+/// routes than the GPU's dense grid has cubes.
+///
+/// Not covered: more than 64 steps (the GPU backward's second checkpoint level). On software
+/// Vulkan a cube's backward output came out incomplete beyond about 55 steps at n = 16 (the
+/// same code matches below; see `docs/expm.md`).
+#[test]
+fn the_backend_expmv_kernels_equal_the_tensor_op_path() {
+    use burn::backend::{Autodiff, NdArray};
+    use vlgo_core::expm::tensor_ops;
+    let mut r = rng(36);
+    // Per case the 1-norms cycle through `norms`; exp(A) must stay within f32's range.
+    let all = [0.0, 0.05, 0.6, 1.6, 4.0, 12.0, 40.0, 250.0];
+    let cases: [(usize, usize, &[f64], ExpmvConfig); 5] = [
+        (2, 300, &[20.0], ExpmvConfig::new()),
+        (5, 16, &all[..7], ExpmvConfig::new().with_shift(false)),
+        (16, 8, &[0.05, 4.0, 40.0, 120.0], ExpmvConfig::new().with_fallback(false)),
+        (64, 8, &all, ExpmvConfig::new()),
+        (80, 3, &all, ExpmvConfig::new().with_m_max(24)),
+    ];
+    for (n, count, norms, cfg) in cases {
+        let mut data: Vec<f64> = (0..count)
+            .flat_map(|k| random_matrix(&mut r, n, norms[k % norms.len()]))
+            .collect();
+        if count > 4 {
+            // One non-finite matrix: a NaN row and column of outputs, the rest untouched.
+            data[3 * n * n + 1] = f64::NAN;
+        }
+        let v = vectors(&mut r, count, n);
+        let g = vectors(&mut r, count, n);
+        let a_ad = Tensor::<Autodiff<B>, 3>::from_inner(batch::<B>(&data, n, DType::F32));
+        let v_ad = Tensor::<Autodiff<B>, 2>::from_inner(vec_tensor::<B>(&v, n, DType::F32));
+        let (a_ad, v_ad) = (a_ad.require_grad(), v_ad.require_grad());
+        let y = expmv_with(a_ad.clone(), v_ad.clone(), &cfg).unwrap();
+        let grads = (y.clone() * Tensor::from_inner(vec_tensor::<B>(&g, n, DType::F32)))
+            .sum()
+            .backward();
+        let (y, ga, gv) = (
+            to_f64(y.inner()),
+            to_f64(a_ad.grad(&grads).unwrap()),
+            to_f64(v_ad.grad(&grads).unwrap()),
+        );
+        let (ry, rga, rgv) = tensor_ops::expmv_with_backward(
+            batch::<NdArray>(&data, n, DType::F32),
+            vec_tensor::<NdArray>(&v, n, DType::F32),
+            vec_tensor::<NdArray>(&g, n, DType::F32),
+            &cfg,
+        );
+        let (ry, rga, rgv) = (to_f64(ry), to_f64(rga), to_f64(rgv));
+        let nn = n * n;
+        for k in 0..count {
+            let (row, mat) = (k * n..(k + 1) * n, k * nn..(k + 1) * nn);
+            if data[mat.clone()].iter().any(|x| !x.is_finite()) {
+                assert!(y[row.clone()].iter().all(|x| x.is_nan()), "n {n} matrix {k}");
+                assert!(ga[mat].iter().all(|x| x.is_nan()), "n {n} matrix {k}");
+                assert!(gv[row].iter().all(|x| x.is_nan()), "n {n} matrix {k}");
+                continue;
+            }
+            let a = &data[mat.clone()];
+            let bar = 10.0 * (1.0 + two_norm(a, n)) * U32 * 4.0;
+            let what = format!("{cfg:?} n {n} matrix {k} (norm {:.3})", one_norm(a, n));
+            let err = rel_frobenius_host(&y[row.clone()], &ry[row.clone()]);
+            assert!(err <= bar.max(1e-6), "{what}: y {err:.3e}");
+            let err = rel_frobenius_host(&ga[mat.clone()], &rga[mat]);
+            assert!(err <= bar.max(1e-4), "{what}: dA {err:.3e}");
+            let err = rel_frobenius_host(&gv[row.clone()], &rgv[row]);
+            assert!(err <= bar.max(1e-4), "{what}: dv {err:.3e}");
+        }
+    }
+}
+
+/// On the CubeCL backends f32 `expmv` takes the kernels (up to n = 512) and f64 the tensor ops.
+#[test]
+fn f32_expmv_takes_the_gpu_kernels_on_cubecl_backends() {
+    use burn::tensor::Shape;
+    use vlgo_core::ExpmBackend;
+    let gpu = cfg!(any(feature = "test-wgpu", feature = "test-cuda"));
+    for n in [1, 5, 64, 512] {
+        let shape = Shape::new([3, n, n]);
+        assert_eq!(<B as ExpmBackend>::has_expmv_kernel(DType::F32, &shape), gpu);
+        assert!(!<B as ExpmBackend>::has_expmv_kernel(DType::F64, &shape));
+    }
+    assert!(!<B as ExpmBackend>::has_expmv_kernel(
+        DType::F32,
+        &Shape::new([3, 513, 513])
+    ));
+}

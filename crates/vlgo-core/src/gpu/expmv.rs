@@ -1,0 +1,247 @@
+//! `expmv` on CubeCL backends: the route kernel, then the dense routes through the slot
+//! interpreter and the Taylor routes through [`super::taylor`], all writing one output.
+//!
+//! The routes (kind, m, s, mu per matrix) stay on the device and are the forward's checkpoint:
+//! the backward reads them instead of deciding again, so both take the same degree, steps, shift
+//! and explicit-exponential choice, and the backward recomputes everything else.
+
+use burn::tensor::{DType, Shape};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::cubecl;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeRuntime, cubecl::prelude::*};
+use cubecl::{CubeCount, CubeDim};
+
+use super::kernels::{self, MAX_UNITS};
+use super::taylor::{self, CHECKPOINTS, ROUTE_STRIDE, STAGED_FLOATS, STAGED_N};
+use super::{Launch, MAX_GRID, WORKSPACE_BYTES, buffer, empty, output, program};
+use crate::expm::expmv::TAYLOR_THETA_F32;
+use crate::expm::plan::{self, Precision};
+use crate::expm::{ExpmMethod, ExpmvConfig};
+
+/// Largest n the `expmv` kernels take: five vectors of a cube live in shared memory, within the
+/// 16 KiB that every WebGPU device offers.
+pub const MAX_VECTOR_N: usize = 512;
+
+/// Most cubes of the dense routes' interpreter. Those routes are the rare large norms; each cube
+/// holds a workspace of several n x n slots.
+const DENSE_GRID: usize = 256;
+
+/// Most cubes of the Taylor forward (it has no workspace).
+const TAYLOR_GRID: usize = 65_535;
+
+/// Whether the `expmv` kernels take A of this dtype and shape: f32 [N, n, n], 1 <= n <=
+/// [`MAX_VECTOR_N`] (v must be f32 too).
+pub fn expmv_takes(dtype: DType, shape: &Shape) -> bool {
+    dtype == DType::F32
+        && shape.num_dims() == 3
+        && shape[1] == shape[2]
+        && (1..=MAX_VECTOR_N).contains(&shape[1])
+}
+
+/// Launch geometry of the route and Taylor kernels.
+#[derive(Debug, Clone, Copy)]
+struct TaylorLayout {
+    units: usize,
+    /// Shared floats per vector (>= n; compile-time).
+    vcap: usize,
+    /// Shared floats for A: [`STAGED_FLOATS`] when staged, else 1 (compile-time).
+    acap: usize,
+    staged: bool,
+    grid: usize,
+}
+
+impl TaylorLayout {
+    /// `per_cube`: floats of global workspace each cube needs (0 for none).
+    fn new<R: CubeRuntime>(
+        client: &ComputeClient<R>,
+        n: usize,
+        count: usize,
+        per_cube: usize,
+    ) -> Self {
+        let props = client.properties();
+        let max_units = (props.hardware.max_units_per_cube as usize).clamp(32, MAX_UNITS);
+        let max_units = 1 << max_units.ilog2();
+        // One unit per vector entry (a power of two: the norms reduce as a tree).
+        let units = n.next_power_of_two().clamp(32, max_units);
+        let vcap = n.next_power_of_two().max(64);
+        // The backward's five vectors and the two reduction arrays share the budget with A.
+        let need = (STAGED_FLOATS + 5 * vcap + 2 * MAX_UNITS) * 4;
+        let staged = n <= STAGED_N && props.hardware.max_shared_memory_size >= need;
+        let mut grid = count
+            .min(TAYLOR_GRID)
+            .min(props.hardware.max_cube_count.0 as usize);
+        if per_cube > 0 {
+            let budget = WORKSPACE_BYTES.min(props.memory.max_page_size as usize / 2);
+            grid = grid.min(MAX_GRID).min(budget / (per_cube * 4));
+        }
+        Self {
+            units,
+            vcap,
+            acap: if staged { STAGED_FLOATS } else { 1 },
+            staged,
+            grid: grid.max(1),
+        }
+    }
+
+    fn cube_count(&self) -> CubeCount {
+        CubeCount::Static(self.grid as u32, 1, 1)
+    }
+
+    fn cube_dim(&self) -> CubeDim {
+        CubeDim::new_1d(self.units as u32)
+    }
+}
+
+/// Runs the route kernel over A [count, n, n] into `routes` [count, ROUTE_STRIDE].
+fn route<R: CubeRuntime>(
+    a: &CubeTensor<R>,
+    routes: &CubeTensor<R>,
+    layout: &TaylorLayout,
+    config: &ExpmvConfig,
+) {
+    let n = a.meta.shape()[1];
+    let m_max = config.m_max.clamp(1, TAYLOR_THETA_F32.len());
+    let inv_thetas: Vec<u8> = TAYLOR_THETA_F32[..m_max]
+        .iter()
+        .flat_map(|theta| ((1.0 / theta) as f32).to_le_bytes())
+        .collect();
+    let inv_thetas = buffer(a, &inv_thetas, DType::F32);
+    let pade_theta = plan::table(ExpmMethod::Pade, Precision::Single)
+        .last()
+        .map_or(1.0, |&(_, theta)| theta as f32);
+    taylor::route_kernel::launch::<R>(
+        &a.client,
+        layout.cube_count(),
+        layout.cube_dim(),
+        a.clone().into_tensor_arg(),
+        inv_thetas.into_array_arg(),
+        routes.clone().into_array_arg(),
+        n as u32,
+        m_max as u32,
+        u32::from(config.shift),
+        u32::from(config.fallback),
+        pade_theta,
+        program::max_squarings(),
+    );
+}
+
+/// y = exp(A) v for f32 A [N, n, n] and v [N, n] (see [`expmv_takes`]), with the routes
+/// [N, 4] that [`expmv_backward`] takes.
+pub fn expmv<R: CubeRuntime>(
+    a: CubeTensor<R>,
+    v: CubeTensor<R>,
+    config: &ExpmvConfig,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let a = into_contiguous(a);
+    let v = into_contiguous(v);
+    let shape = a.meta.shape();
+    let (count, n) = (shape[0], shape[1]);
+    let y = output(&a, Shape::new([count, n]));
+    let routes = output(&a, Shape::new([count, ROUTE_STRIDE]));
+    if count == 0 {
+        return (y, routes);
+    }
+    let layout = TaylorLayout::new(&a.client, n, count, 0);
+    route(&a, &routes, &layout, config);
+    let l = Launch::new(
+        a.clone(),
+        program::forward_table(ExpmMethod::Pade),
+        false,
+        DENSE_GRID,
+    );
+    kernels::expmv_dense_kernel::launch::<R>(
+        &a.client,
+        l.layout.cube_count(),
+        l.layout.cube_dim(),
+        a.clone().into_tensor_arg(),
+        v.clone().into_tensor_arg(),
+        routes.clone().into_array_arg(),
+        l.plan.into_array_arg(),
+        l.ops.into_array_arg(),
+        l.vals.into_array_arg(),
+        y.clone().into_tensor_arg(),
+        l.work.into_array_arg(),
+        n as u32,
+        l.slots,
+        l.layout.slab,
+        l.layout.cap,
+    );
+    taylor::taylor_kernel::launch::<R>(
+        &a.client,
+        layout.cube_count(),
+        layout.cube_dim(),
+        a.clone().into_tensor_arg(),
+        v.into_tensor_arg(),
+        routes.clone().into_array_arg(),
+        y.clone().into_tensor_arg(),
+        n as u32,
+        config.tol as f32,
+        layout.acap,
+        layout.vcap,
+        layout.staged,
+    );
+    (y, routes)
+}
+
+/// The adjoints of [`expmv`] given the upstream gradient `grad` [N, n] and the forward's
+/// `routes`: per matrix Abar (n x n) then vbar (n), as one [N, n * n + n] tensor.
+pub fn expmv_backward<R: CubeRuntime>(
+    a: CubeTensor<R>,
+    v: CubeTensor<R>,
+    grad: CubeTensor<R>,
+    routes: CubeTensor<R>,
+    config: &ExpmvConfig,
+) -> CubeTensor<R> {
+    let a = into_contiguous(a);
+    let v = into_contiguous(v);
+    let grad = into_contiguous(grad);
+    let routes = into_contiguous(routes);
+    let shape = a.meta.shape();
+    let (count, n) = (shape[0], shape[1]);
+    let out = output(&a, Shape::new([count, n * n + n]));
+    if count == 0 {
+        return out;
+    }
+    let l = Launch::new(a.clone(), program::frechet_table(), true, DENSE_GRID);
+    kernels::expmv_dense_backward_kernel::launch::<R>(
+        &a.client,
+        l.layout.cube_count(),
+        l.layout.cube_dim(),
+        a.clone().into_tensor_arg(),
+        v.clone().into_tensor_arg(),
+        grad.clone().into_tensor_arg(),
+        routes.clone().into_array_arg(),
+        l.plan.into_array_arg(),
+        l.ops.into_array_arg(),
+        l.vals.into_array_arg(),
+        out.clone().into_tensor_arg(),
+        l.work.into_array_arg(),
+        n as u32,
+        l.slots,
+        l.layout.slab,
+        l.layout.cap,
+    );
+    let m_max = config.m_max.clamp(1, TAYLOR_THETA_F32.len());
+    let per_cube = (2 * CHECKPOINTS + 2 * m_max) * n;
+    let layout = TaylorLayout::new(&a.client, n, count, per_cube);
+    let work = empty(&a, layout.grid * per_cube);
+    taylor::taylor_backward_kernel::launch::<R>(
+        &a.client,
+        layout.cube_count(),
+        layout.cube_dim(),
+        a.clone().into_tensor_arg(),
+        v.into_tensor_arg(),
+        grad.into_tensor_arg(),
+        routes.into_array_arg(),
+        out.clone().into_tensor_arg(),
+        work.into_array_arg(),
+        n as u32,
+        config.tol as f32,
+        m_max as u32,
+        layout.acap,
+        layout.vcap,
+        layout.staged,
+    );
+    out
+}
