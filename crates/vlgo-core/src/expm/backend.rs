@@ -229,7 +229,10 @@ where
                 let routes = unwrap(routes.clone());
                 let out = crate::gpu::expmv_backward(a, v, grad, routes, &saved.config);
                 let out: Tensor<Self, 2> = wrap(out);
-                let abar = out.clone().slice([0..count, 0..n * n]).reshape([count, n, n]);
+                let abar = out
+                    .clone()
+                    .slice([0..count, 0..n * n])
+                    .reshape([count, n, n]);
                 let vbar = out.slice([0..count, n * n..n * n + n]);
                 (unwrap(abar), unwrap(vbar))
             }
@@ -400,8 +403,7 @@ mod fusion {
                 Shape::new([count, ROUTE_STRIDE]),
                 a.dtype,
             );
-            let desc =
-                CustomOpIr::new("vlgo_expmv", &[a.into_ir(), v.into_ir()], &[y, routes]);
+            let desc = CustomOpIr::new("vlgo_expmv", &[a.into_ir(), v.into_ir()], &[y, routes]);
             let op = ExpmvOp::<B> {
                 desc: desc.clone(),
                 config,

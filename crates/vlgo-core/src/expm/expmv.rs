@@ -146,6 +146,7 @@ pub struct ExpmvCheckpoints<B: Backend> {
     pub(crate) records: Vec<KernelRecord>,
     /// Per matrix, what the GPU kernels' forward chose, on the device ([N, 4]: kind, m, s, mu);
     /// the GPU backward reads it. `None` off those kernels.
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
     pub(crate) routes: Option<Tensor<B, 2>>,
     pub(crate) plan: ExpmvPlan,
     /// Shifted and scaled matrices A'/s of the Taylor part, sorted.
@@ -164,6 +165,7 @@ pub struct ExpmvCheckpoints<B: Backend> {
 
 impl<B: Backend> ExpmvCheckpoints<B> {
     /// Checkpoints of a GPU kernel forward: the options and the device's routes.
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
     pub(crate) fn for_device(config: ExpmvConfig, routes: Tensor<B, 2>) -> Self {
         Self {
             kernel: false,

@@ -6,8 +6,8 @@
 //! and explicit-exponential choice, and the backward recomputes everything else.
 
 use burn::tensor::{DType, Shape};
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::cubecl;
+use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeRuntime, cubecl::prelude::*};
 use cubecl::{CubeCount, CubeDim};

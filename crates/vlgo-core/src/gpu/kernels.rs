@@ -658,7 +658,9 @@ pub(crate) fn expm_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
 ) {
-    run(a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, MODE_EXPM);
+    run(
+        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, MODE_EXPM,
+    );
 }
 
 /// The Fréchet derivative L(A^T, G) of exp, which is the adjoint of A for the upstream
@@ -678,7 +680,23 @@ pub(crate) fn frechet_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
 ) {
-    run(a, g, a, g, plan, plan, ops, vals, out, work, n, slots, slab, cap, MODE_FRECHET);
+    run(
+        a,
+        g,
+        a,
+        g,
+        plan,
+        plan,
+        ops,
+        vals,
+        out,
+        work,
+        n,
+        slots,
+        slab,
+        cap,
+        MODE_FRECHET,
+    );
 }
 
 /// exp(A) v for the matrices that `expmv` routes to the explicit exponential (Padé), into
@@ -698,7 +716,9 @@ pub(crate) fn expmv_dense_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
 ) {
-    run(a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, MODE_DENSE);
+    run(
+        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, MODE_DENSE,
+    );
 }
 
 /// The adjoints of the matrices that `expmv` routed to the explicit exponential: per matrix

@@ -35,7 +35,10 @@ pub(crate) const ROUTE_NON_FINITE: u32 = 2;
 pub(crate) const CHECKPOINTS: usize = 64;
 /// Most Taylor steps a route may take.
 pub(crate) const MAX_STEPS: usize = CHECKPOINTS * CHECKPOINTS;
-const _: () = assert!(MAX_STEPS == 4096, "route_kernel writes MAX_STEPS as a literal");
+const _: () = assert!(
+    MAX_STEPS == 4096,
+    "route_kernel writes MAX_STEPS as a literal"
+);
 /// Largest n whose A is staged in shared memory, and the stride of its rows.
 pub(crate) const STAGED_N: usize = 64;
 pub(crate) const STAGED_FLOATS: usize = STAGED_N * (STAGED_N + 1);
@@ -239,10 +242,7 @@ fn matvec(
 #[cube]
 fn cube_max2(r: &SharedMemory<f32>, q: &SharedMemory<f32>) -> Line2 {
     sync_cube();
-    let mut out = Line2 {
-        a: r[0],
-        b: q[0],
-    };
+    let mut out = Line2 { a: r[0], b: q[0] };
     for u in 1..CUBE_DIM as usize {
         out.a = max(out.a, r[u]);
         out.b = max(out.b, q[u]);

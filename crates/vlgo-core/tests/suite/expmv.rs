@@ -226,7 +226,7 @@ fn expmv_gradient_at_zero_is_the_outer_product() {
 /// The backend's `expmv` kernels (CubeCL on `wgpu` / `cuda`, the cache-resident ones on the CPU
 /// backends) against the tensor-op path on NdArray, forward and both adjoints: every route (the
 /// Taylor loop with and without shift, early termination, the explicit exponential for large
-/// norms, non-finite rows), many Taylor steps (norm 120 with the fallback off: about 40), A
+/// norms, non-finite rows), many Taylor steps (norm 80 with the fallback off: about 27), A
 /// staged in shared memory (n <= 64) and read from global memory (n = 80), and more dense
 /// routes than the GPU's dense grid has cubes.
 ///
@@ -243,7 +243,12 @@ fn the_backend_expmv_kernels_equal_the_tensor_op_path() {
     let cases: [(usize, usize, &[f64], ExpmvConfig); 5] = [
         (2, 300, &[20.0], ExpmvConfig::new()),
         (5, 16, &all[..7], ExpmvConfig::new().with_shift(false)),
-        (16, 8, &[0.05, 4.0, 40.0, 120.0], ExpmvConfig::new().with_fallback(false)),
+        (
+            16,
+            8,
+            &[0.05, 4.0, 40.0, 80.0],
+            ExpmvConfig::new().with_fallback(false),
+        ),
         (64, 8, &all, ExpmvConfig::new()),
         (80, 3, &all, ExpmvConfig::new().with_m_max(24)),
     ];
@@ -280,7 +285,10 @@ fn the_backend_expmv_kernels_equal_the_tensor_op_path() {
         for k in 0..count {
             let (row, mat) = (k * n..(k + 1) * n, k * nn..(k + 1) * nn);
             if data[mat.clone()].iter().any(|x| !x.is_finite()) {
-                assert!(y[row.clone()].iter().all(|x| x.is_nan()), "n {n} matrix {k}");
+                assert!(
+                    y[row.clone()].iter().all(|x| x.is_nan()),
+                    "n {n} matrix {k}"
+                );
                 assert!(ga[mat].iter().all(|x| x.is_nan()), "n {n} matrix {k}");
                 assert!(gv[row].iter().all(|x| x.is_nan()), "n {n} matrix {k}");
                 continue;
@@ -306,7 +314,10 @@ fn f32_expmv_takes_the_gpu_kernels_on_cubecl_backends() {
     let gpu = cfg!(any(feature = "test-wgpu", feature = "test-cuda"));
     for n in [1, 5, 64, 512] {
         let shape = Shape::new([3, n, n]);
-        assert_eq!(<B as ExpmBackend>::has_expmv_kernel(DType::F32, &shape), gpu);
+        assert_eq!(
+            <B as ExpmBackend>::has_expmv_kernel(DType::F32, &shape),
+            gpu
+        );
         assert!(!<B as ExpmBackend>::has_expmv_kernel(DType::F64, &shape));
     }
     assert!(!<B as ExpmBackend>::has_expmv_kernel(
