@@ -85,7 +85,7 @@ pub(crate) fn taylor_steps(norm: f64, m_max: usize) -> Option<(usize, u64)> {
 }
 
 /// 1 / theta_m, so the search multiplies instead of dividing.
-const INV_THETA_F32: [f64; 24] = {
+pub(crate) const INV_THETA_F32: [f64; 24] = {
     let mut inv = [0.0; 24];
     let mut i = 0;
     while i < 24 {
@@ -169,18 +169,26 @@ impl<B: Backend> ExpmvCheckpoints<B> {
     pub(crate) fn for_device(config: ExpmvConfig, routes: Tensor<B, 2>) -> Self {
         Self {
             kernel: false,
-            records: Vec::new(),
             routes: Some(routes),
-            ..Self::for_kernel(config, Vec::new())
+            ..Self::empty(config)
         }
     }
 
     /// Checkpoints of a kernel forward: only the options, the kernel recomputes the rest.
     pub(crate) fn for_kernel(config: ExpmvConfig, records: Vec<KernelRecord>) -> Self {
         Self {
-            config,
             kernel: true,
             records,
+            ..Self::empty(config)
+        }
+    }
+
+    /// The options and nothing else.
+    fn empty(config: ExpmvConfig) -> Self {
+        Self {
+            config,
+            kernel: false,
+            records: Vec::new(),
             routes: None,
             plan: ExpmvPlan::default(),
             scaled: None,

@@ -14,8 +14,8 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::kernels::{self, MAX_UNITS};
 use super::taylor::{self, CHECKPOINTS, ROUTE_STRIDE, STAGED_FLOATS, STAGED_N};
-use super::{Launch, MAX_GRID, WORKSPACE_BYTES, buffer, empty, output, program};
-use crate::expm::expmv::TAYLOR_THETA_F32;
+use super::{Launch, MAX_GRID, buffer, empty, max_units, output, program, workspace_budget};
+use crate::expm::expmv::INV_THETA_F32;
 use crate::expm::plan::{self, Precision};
 use crate::expm::{ExpmMethod, ExpmvConfig};
 
@@ -60,10 +60,8 @@ impl TaylorLayout {
         per_cube: usize,
     ) -> Self {
         let props = client.properties();
-        let max_units = (props.hardware.max_units_per_cube as usize).clamp(32, MAX_UNITS);
-        let max_units = 1 << max_units.ilog2();
         // One unit per vector entry (a power of two: the norms reduce as a tree).
-        let units = n.next_power_of_two().clamp(32, max_units);
+        let units = n.next_power_of_two().clamp(32, max_units(client));
         let vcap = n.next_power_of_two().max(64);
         // The backward's five vectors and the two reduction arrays share the budget with A.
         let need = (STAGED_FLOATS + 5 * vcap + 2 * MAX_UNITS) * 4;
@@ -72,8 +70,9 @@ impl TaylorLayout {
             .min(TAYLOR_GRID)
             .min(props.hardware.max_cube_count.0 as usize);
         if per_cube > 0 {
-            let budget = WORKSPACE_BYTES.min(props.memory.max_page_size as usize / 2);
-            grid = grid.min(MAX_GRID).min(budget / (per_cube * 4));
+            grid = grid
+                .min(MAX_GRID)
+                .min(workspace_budget(client) / (per_cube * 4));
         }
         Self {
             units,
@@ -101,10 +100,10 @@ fn route<R: CubeRuntime>(
     config: &ExpmvConfig,
 ) {
     let n = a.meta.shape()[1];
-    let m_max = config.m_max.clamp(1, TAYLOR_THETA_F32.len());
-    let inv_thetas: Vec<u8> = TAYLOR_THETA_F32[..m_max]
+    let m_max = config.m_max.clamp(1, INV_THETA_F32.len());
+    let inv_thetas: Vec<u8> = INV_THETA_F32[..m_max]
         .iter()
-        .flat_map(|theta| ((1.0 / theta) as f32).to_le_bytes())
+        .flat_map(|&inv| (inv as f32).to_le_bytes())
         .collect();
     let inv_thetas = buffer(a, &inv_thetas, DType::F32);
     let pade_theta = plan::table(ExpmMethod::Pade, Precision::Single)
@@ -222,7 +221,7 @@ pub fn expmv_backward<R: CubeRuntime>(
         l.layout.slab,
         l.layout.cap,
     );
-    let m_max = config.m_max.clamp(1, TAYLOR_THETA_F32.len());
+    let m_max = config.m_max.clamp(1, INV_THETA_F32.len());
     let per_cube = (2 * CHECKPOINTS + 2 * m_max) * n;
     let layout = TaylorLayout::new(&a.client, n, count, per_cube);
     let work = empty(&a, layout.grid * per_cube);

@@ -67,6 +67,18 @@ pub fn takes<R: CubeRuntime>(dtype: DType, shape: &Shape) -> bool {
         && (1..=MAX_N).contains(&shape[1])
 }
 
+/// Most units per cube on this device, as a power of two from 32 to [`MAX_UNITS`] (the kernels'
+/// reductions are trees over the units).
+fn max_units<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
+    let units = (client.properties().hardware.max_units_per_cube as usize).clamp(32, MAX_UNITS);
+    1 << units.ilog2()
+}
+
+/// Bytes a launch may take for its workspace on this device.
+fn workspace_budget<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
+    WORKSPACE_BYTES.min(client.properties().memory.max_page_size as usize / 2)
+}
+
 /// Launch geometry for [count, n, n] with `slots` workspace matrices per cube.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Layout {
@@ -91,9 +103,7 @@ impl Layout {
         let props = client.properties();
         let tiles = n.div_ceil(4).pow(2);
         // A power of two (the pivot search is a tree over the units), one unit per 4 x 4 tile.
-        let max_units = (props.hardware.max_units_per_cube as usize).clamp(32, MAX_UNITS);
-        let max_units = 1 << max_units.ilog2();
-        let units = tiles.next_power_of_two().clamp(32, max_units);
+        let units = tiles.next_power_of_two().clamp(32, max_units(client));
         // Shared-memory sizes are compile-time: every n up to 64 shares them, larger n round up
         // to a power of two. (The workgroup size, 32 to 256 units by n, is part of a shader too.)
         let cap = n.next_power_of_two().max(64);
@@ -103,9 +113,8 @@ impl Layout {
         let room = shared.saturating_sub(cap * 4 + MAX_UNITS * 8 + 256) / 8;
         let slab = (1usize << room.max(1).ilog2()).min(cap * 32).max(n);
         let per_cube = slots * n * n * 4;
-        let budget = WORKSPACE_BYTES.min(props.memory.max_page_size as usize / 2);
         let grid = count
-            .min(budget / per_cube)
+            .min(workspace_budget(client) / per_cube)
             .min(MAX_GRID)
             .min(props.hardware.max_cube_count.0 as usize)
             .max(1);

@@ -233,28 +233,25 @@ fn matvec(
     }
 }
 
-/// The maxima over the cube of r[unit] and q[unit] (every unit has written its entries).
+/// The maxima over the cube of r[unit] and q[unit] (every unit has written its entries), in
+/// r[0] and q[0] for every unit to read.
 ///
-/// Each unit scans both arrays itself: one barrier, where a tree takes 1 + log2(units) and a
-/// scan by one unit two. Barriers dominate the Taylor loop's cost, and software Vulkan
-/// (lavapipe) was seen to drop the rest of a workgroup's work after about 16 000 of them. The
-/// caller must not write r or q again before the cube has passed another barrier.
+/// A tree: log2(units) loop iterations per unit, where a scan by each unit takes units - 1.
+/// Software Vulkan (llvmpipe) stops every loop of an invocation once their iterations together
+/// pass 65 535, so iterations are what these kernels spend most carefully there.
 #[cube]
-fn cube_max2(r: &SharedMemory<f32>, q: &SharedMemory<f32>) -> Line2 {
+fn reduce_max2(r: &mut SharedMemory<f32>, q: &mut SharedMemory<f32>) {
+    let tid = UNIT_POS as usize;
     sync_cube();
-    let mut out = Line2 { a: r[0], b: q[0] };
-    for u in 1..CUBE_DIM as usize {
-        out.a = max(out.a, r[u]);
-        out.b = max(out.b, q[u]);
+    let mut stride = CUBE_DIM as usize / 2;
+    while stride > 0 {
+        if tid < stride {
+            r[tid] = max(r[tid], r[tid + stride]);
+            q[tid] = max(q[tid], q[tid + stride]);
+        }
+        sync_cube();
+        stride /= 2;
     }
-    out
-}
-
-/// Two values of a reduction.
-#[derive(CubeType)]
-struct Line2 {
-    a: f32,
-    b: f32,
 }
 
 /// One outer step from the input b in `x`: F = sum_{j <= m} (A'/s)^j b / j! into `f` with
@@ -292,7 +289,8 @@ fn taylor_step(
     }
     r[tid] = local;
     q[tid] = f32::new(0.0);
-    let mut prev = cube_max2(r, q).a;
+    reduce_max2(r, q);
+    let mut prev = r[0];
     let mut used = 0usize;
     let mut j = 1usize;
     let mut going = true;
@@ -322,10 +320,10 @@ fn taylor_step(
         // r and q are written again only after the next product's barrier.
         r[tid] = lw;
         q[tid] = lf;
-        let norms = cube_max2(r, q);
-        let norm = norms.a;
+        reduce_max2(r, q);
+        let norm = r[0];
         used = j;
-        if prev + norm <= tol * norms.b {
+        if prev + norm <= tol * q[0] {
             going = false;
         }
         prev = norm;
@@ -505,7 +503,9 @@ pub(crate) fn taylor_backward_kernel(
             sync_cube();
             let every = steps.div_ceil(CHECKPOINTS);
             let segments = steps.div_ceil(every);
-            for step in 0..steps {
+            // The inputs of steps 0, every, 2 every, ...: the steps after the last are not run.
+            let last_checkpoint = (segments - 1) * every;
+            for step in 0..last_checkpoint + 1 {
                 if step % every == 0 {
                     let mut i = tid;
                     while i < n {
@@ -513,11 +513,13 @@ pub(crate) fn taylor_backward_kernel(
                         i += units;
                     }
                 }
-                taylor_step(
-                    a, &sa, src, &mut x, &mut t, &mut f, &mut r, &mut q, work, 0, m, mu, inv_s,
-                    tol, n, staged, false,
-                );
-                next_input(&mut x, &f, eta, n);
+                if step < last_checkpoint {
+                    taylor_step(
+                        a, &sa, src, &mut x, &mut t, &mut f, &mut r, &mut q, work, 0, m, mu, inv_s,
+                        tol, n, staged, false,
+                    );
+                    next_input(&mut x, &f, eta, n);
+                }
             }
             let mut i = tid;
             while i < n {

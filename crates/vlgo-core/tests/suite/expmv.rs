@@ -230,9 +230,9 @@ fn expmv_gradient_at_zero_is_the_outer_product() {
 /// staged in shared memory (n <= 64) and read from global memory (n = 80), and more dense
 /// routes than the GPU's dense grid has cubes.
 ///
-/// Not covered: more than 64 steps (the GPU backward's second checkpoint level). On software
-/// Vulkan a cube's backward output came out incomplete beyond about 55 steps at n = 16 (the
-/// same code matches below; see `docs/expm.md`).
+/// Not covered: more than 64 steps (the GPU backward's second checkpoint level). Software Vulkan
+/// (llvmpipe) ends every loop of an invocation after 65 535 iterations in all, which a backward
+/// of about 55 steps at n = 16 exhausts (`docs/expm.md`).
 #[test]
 fn the_backend_expmv_kernels_equal_the_tensor_op_path() {
     use burn::backend::{Autodiff, NdArray};
