@@ -12,7 +12,8 @@
 //! `--best-of J` runs best-of-J sampling instead (`vlgo_core::best_of_j_seeded`) at batch 512
 //! with M = 128 generators of 8 blocks of 64 x 64 on d = 512 features: seconds for the J
 //! candidates and, on `cuda`, the pool's reservation afterwards (the acceptance check is J = 100
-//! within one card's memory).
+//! within one card's memory); then one candidate's transport with the generators formed inside
+//! the kernel (`expmv_generated`, what best-of-J runs) against formed by a matmul first.
 
 use std::time::Instant;
 
@@ -21,7 +22,9 @@ use burn::{backend::Autodiff, prelude::*, tensor::Distribution};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use vlgo_core::expm::{forward_flops, tensor_ops};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use vlgo_core::{ExpmBackend, ExpmConfig, ExpmMethod, expm_with, expmv};
+use vlgo_core::{
+    ExpmBackend, ExpmConfig, ExpmMethod, ExpmvConfig, expm_with, expmv, expmv_generated, expmv_with,
+};
 
 struct Args {
     matrices: usize,
@@ -232,6 +235,44 @@ fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B
         args.best_of,
         d / block
     );
+    // One candidate's transport, its generators formed inside the kernel or by a matmul first
+    // (the tensors those would take: batch x blocks x block^2 f32).
+    let problems = batch * d / block;
+    let v = z0.reshape([problems, block]);
+    let psi = operators.psi.val();
+    let cfg = ExpmvConfig::default();
+    let sync = || B::sync(&device).expect("the device finishes its queue");
+    let dense = Tensor::<B, 2>::random([batch, m], Distribution::Normal(0.0, 0.05), &device);
+    let half = dense.clone()
+        * Tensor::<B, 2>::random([batch, m], Distribution::Uniform(0.0, 1.0), &device)
+            .greater_elem(0.5)
+            .float();
+    println!(
+        "{name}: one candidate's transport ({problems} problems of {block}; formed generators \
+         {:.0} MiB), median of {} runs, ms:",
+        (problems * block * block * 4) as f64 / 1048576.0,
+        args.reps
+    );
+    for (label, c) in [("dense c", dense), ("half the coefficients zero", half)] {
+        let fused = time(args.reps, || {
+            let _y = expmv_generated(c.clone(), psi.clone(), v.clone(), &cfg).unwrap();
+            sync();
+        });
+        let formed = time(args.reps, || {
+            let a = operators
+                .generator(c.clone())
+                .unwrap()
+                .reshape([problems, block, block]);
+            let _y = expmv_with(a, v.clone(), &cfg).unwrap();
+            sync();
+        });
+        println!(
+            "  {label}: formed in the kernel {:.2}, formed first {:.2} ({:.2}x)",
+            fused * 1e3,
+            formed * 1e3,
+            formed / fused
+        );
+    }
 }
 
 fn main() {

@@ -85,5 +85,5 @@ pub use sparse_coding::{FistaConfig, FistaSolution, fista};
 pub use error::{Result, VlgoError};
 pub use expm::{
     ExpmBackend, ExpmConfig, ExpmMethod, ExpmvConfig, ExpmvPullback, expm, expm_with, expmv,
-    expmv_pullback, expmv_with, try_expm, try_expm_nd, try_expmv,
+    expmv_generated, expmv_pullback, expmv_with, try_expm, try_expm_nd, try_expmv,
 };

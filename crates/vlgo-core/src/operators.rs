@@ -11,7 +11,9 @@ use crate::error::VlgoError;
 
 // `#[derive(Config)]` expands to code that names `Result` unqualified.
 type VlgoResult<T> = crate::error::Result<T>;
-use crate::expm::{ExpmBackend, ExpmvConfig, ExpmvPullback, expmv_pullback, expmv_with, try_expm};
+use crate::expm::{
+    ExpmBackend, ExpmvConfig, ExpmvPullback, expmv_generated, expmv_pullback, try_expm,
+};
 use crate::rng::NoiseStreams;
 
 /// How the generators act on a d-dimensional feature.
@@ -388,12 +390,21 @@ impl<B: ExpmBackend> LieOperators<B> {
         method: TransportMethod,
     ) -> VlgoResult<Tensor<B, 2>> {
         self.check_features("LieOperators::transport", &c, &z)?;
-        let (a, v) = self.block_problems(c, &z)?;
         let moved = match method {
-            TransportMethod::Expmv => expmv_with(a, v, &ExpmvConfig::default())?,
-            TransportMethod::Expm => try_expm(a)?
-                .matmul(v.unsqueeze_dim::<3>(2))
-                .squeeze_dim::<2>(2),
+            // The generators are formed where the backend chooses: inside the GPU kernel when
+            // nothing is tracked (best-of-J), by a matmul otherwise.
+            TransportMethod::Expmv => expmv_generated(
+                c,
+                self.psi.val(),
+                self.block_vectors(&z),
+                &ExpmvConfig::default(),
+            )?,
+            TransportMethod::Expm => {
+                let (a, v) = self.block_problems(c, &z)?;
+                try_expm(a)?
+                    .matmul(v.unsqueeze_dim::<3>(2))
+                    .squeeze_dim::<2>(2)
+            }
         };
         Ok(self.reassemble(moved, z))
     }
@@ -405,15 +416,21 @@ impl<B: ExpmBackend> LieOperators<B> {
         c: Tensor<B, 2>,
         z: &Tensor<B, 2>,
     ) -> VlgoResult<(Tensor<B, 3>, Tensor<B, 2>)> {
+        let (s, b) = self.blocks();
+        let a = self.generator(c)?.reshape([z.dims()[0] * s, b, b]);
+        Ok((a, self.block_vectors(z)))
+    }
+
+    /// The features' active part as per-block vectors [N S, b].
+    fn block_vectors(&self, z: &Tensor<B, 2>) -> Tensor<B, 2> {
         let [n, d] = z.dims();
         let (s, b) = self.blocks();
-        let a = self.generator(c)?.reshape([n * s, b, b]);
         let head = if s * b == d {
             z.clone()
         } else {
             z.clone().slice([0..n, 0..s * b])
         };
-        Ok((a, head.reshape([n * s, b])))
+        head.reshape([n * s, b])
     }
 
     /// Features [N, d] from the moved blocks [N S, b] and the pass-through tail of `z`.

@@ -11,7 +11,9 @@ use burn::backend::autodiff::{
 };
 use burn::tensor::ops::FloatTensor;
 
-use super::backend::ExpmBackend;
+use burn::tensor::backend::AutodiffBackend;
+
+use super::backend::{ExpmBackend, expmv_generated_by_ops};
 use super::expmv::ExpmvCheckpoints;
 use super::{ExpmMethod, ExpmvConfig};
 
@@ -73,6 +75,22 @@ impl<B: ExpmBackend, C: CheckpointStrategy> ExpmBackend for Autodiff<B, C> {
                 prep.finish((a.primitive, method), out)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::expm(a.primitive, method)),
+        }
+    }
+
+    /// Forms the generators inside the inner backend's kernel when no input is tracked (best-of-J
+    /// candidates, sampling); with a gradient to take, the matmul and `expmv` are recorded.
+    fn expmv_generated(
+        c: FloatTensor<Self>,
+        psi: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        config: ExpmvConfig,
+    ) -> FloatTensor<Self> {
+        if c.is_tracked() || psi.is_tracked() || v.is_tracked() {
+            expmv_generated_by_ops::<Self>(c, psi, v, config)
+        } else {
+            let y = B::expmv_generated(c.primitive, psi.primitive, v.primitive, config);
+            <Self as AutodiffBackend>::from_inner(y)
         }
     }
 

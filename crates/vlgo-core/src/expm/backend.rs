@@ -20,6 +20,22 @@ fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
 
+/// [`ExpmBackend::expmv_generated`] by forming the generators with a matmul.
+pub(crate) fn expmv_generated_by_ops<B: ExpmBackend>(
+    c: FloatTensor<B>,
+    psi: FloatTensor<B>,
+    v: FloatTensor<B>,
+    config: ExpmvConfig,
+) -> FloatTensor<B> {
+    let (c, psi): (Tensor<B, 2>, Tensor<B, 4>) = (wrap(c), wrap(psi));
+    let [m, s, n, _] = psi.dims();
+    let rows = c.dims()[0];
+    let a = c
+        .matmul(psi.reshape([m, s * n * n]))
+        .reshape([rows * s, n, n]);
+    B::expmv(unwrap(a), v, config)
+}
+
 /// Backends that compute the matrix exponential and the exponential-times-vector product.
 ///
 /// Implemented for `NdArray` (feature `ndarray`), `Flex` (`flex`), `CubeBackend` and `Fusion`
@@ -71,6 +87,21 @@ pub trait ExpmBackend: Backend {
         config: ExpmvConfig,
     ) -> (Tensor<Self, 2>, ExpmvCheckpoints<Self>) {
         expmv::expmv_forward::<Self>(wrap(a), wrap(v), &config)
+    }
+
+    /// exp(A_p) v_p for the generators A_p = sum_m c[r, m] psi[m, k] of the problems
+    /// p = r S + k, with c [R, M], psi [M, S, n, n] and v [R S, n], all in one dtype, R >= 1.
+    ///
+    /// The default forms the generators (one matmul) and calls [`ExpmBackend::expmv`]; the GPU
+    /// backends form each generator inside the kernel when no input needs a gradient, so the
+    /// R S generators never exist in device memory.
+    fn expmv_generated(
+        c: FloatTensor<Self>,
+        psi: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        config: ExpmvConfig,
+    ) -> FloatTensor<Self> {
+        expmv_generated_by_ops::<Self>(c, psi, v, config)
     }
 
     /// The adjoints of A and v given the adjoint `grad` of exp(A) v.
@@ -217,6 +248,19 @@ where
         }
     }
 
+    fn expmv_generated(
+        c: FloatTensor<Self>,
+        psi: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        config: ExpmvConfig,
+    ) -> FloatTensor<Self> {
+        if crate::gpu::generated_takes(&c, &psi) && v.dtype == c.dtype {
+            crate::gpu::expmv_generated(c, psi, v, &config)
+        } else {
+            expmv_generated_by_ops::<Self>(c, psi, v, config)
+        }
+    }
+
     fn expmv_backward(
         a: FloatTensor<Self>,
         v: FloatTensor<Self>,
@@ -257,7 +301,7 @@ mod fusion {
 
     use burn::prelude::*;
 
-    use super::{ExpmBackend, tensor_ops, unwrap, wrap};
+    use super::{ExpmBackend, expmv_generated_by_ops, tensor_ops, unwrap, wrap};
     use crate::expm::expmv::{self, ExpmvCheckpoints};
     use crate::expm::{ExpmMethod, ExpmvConfig};
     use crate::gpu::ROUTE_STRIDE;
@@ -302,6 +346,30 @@ mod fusion {
                 handles.register_float_tensor::<B>(&y.id, unwrap(y_t));
                 handles.register_float_tensor::<B>(&routes.id, unwrap(routes_t));
             }
+        }
+    }
+
+    /// exp(A_p) v_p for generators formed from the coefficients (inputs c, psi, v).
+    #[derive(Debug)]
+    struct GeneratedOp<B> {
+        desc: CustomOpIr,
+        config: ExpmvConfig,
+        _backend: core::marker::PhantomData<B>,
+    }
+
+    impl<B: FusionBackend + ExpmBackend> Operation<B::FusionRuntime> for GeneratedOp<B> {
+        fn execute(
+            &self,
+            handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+        ) {
+            let ([c, psi, v], [y]) = self.desc.as_fixed();
+            let y_t = B::expmv_generated(
+                handles.get_float_tensor::<B>(c),
+                handles.get_float_tensor::<B>(psi),
+                handles.get_float_tensor::<B>(v),
+                self.config,
+            );
+            handles.register_float_tensor::<B>(&y.id, y_t);
         }
     }
 
@@ -414,6 +482,36 @@ mod fusion {
                 .register(streams, OperationIr::Custom(desc), op)
                 .outputs();
             (wrap(y), ExpmvCheckpoints::for_device(config, wrap(routes)))
+        }
+
+        fn expmv_generated(
+            c: FloatTensor<Self>,
+            psi: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            config: ExpmvConfig,
+        ) -> FloatTensor<Self> {
+            let n = psi.shape[2];
+            let block = Shape::new([1, n, n]);
+            if !B::has_expmv_kernel(c.dtype, &block) || psi.dtype != c.dtype || v.dtype != c.dtype {
+                return expmv_generated_by_ops::<Self>(c, psi, v, config);
+            }
+            // The inner backend forms the generators in its kernel where the device can.
+            let client = c.client.clone();
+            let streams = OperationStreams::with_inputs([&c, &psi, &v]);
+            let y = TensorIr::uninit(client.create_empty_handle(), v.shape.clone(), c.dtype);
+            let desc = CustomOpIr::new(
+                "vlgo_expmv_generated",
+                &[c.into_ir(), psi.into_ir(), v.into_ir()],
+                &[y],
+            );
+            let op = GeneratedOp::<B> {
+                desc: desc.clone(),
+                config,
+                _backend: core::marker::PhantomData,
+            };
+            client
+                .register(streams, OperationIr::Custom(desc), op)
+                .output()
         }
 
         fn expmv_backward(

@@ -322,6 +322,79 @@ pub fn expmv_with<B: ExpmBackend>(
     Ok(if y.dtype() == dtype { y } else { y.cast(dtype) })
 }
 
+/// exp(A_p) v_p for generators given as coefficients over a dictionary: problem p = r S + k has
+/// A_p = sum_m c[r, m] psi[m, k], with c [R, M], psi [M, S, n, n] and v [R S, n]. This is what
+/// [`LieOperators::transport`](crate::LieOperators::transport) computes block by block.
+///
+/// The value is [`expmv_with`] of the formed generators. When no input is tracked by autodiff
+/// (best-of-J candidates, sampled augmentations), the GPU backends form each generator inside
+/// their kernel, so the R S generators never exist in device memory; that kernel takes the
+/// Taylor route for every finite generator (no explicit-exponential fallback) and skips zero
+/// coefficients. Otherwise the generators are formed with one matmul (and, with a gradient to
+/// take, both ops are recorded). Half-precision inputs compute in f32 and return in c's dtype.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// // One generator (a rotation), one block, two problems at angles 1 and 0.5.
+/// let psi = Tensor::<NdArray, 4>::from_data([[[[0.0, -1.0], [1.0, 0.0]]]], &device);
+/// let c = Tensor::<NdArray, 2>::from_data([[1.0], [0.5]], &device);
+/// let v = Tensor::<NdArray, 2>::from_data([[1.0, 0.0], [1.0, 0.0]], &device);
+/// let y = vlgo_core::expmv_generated(c, psi, v, &Default::default()).unwrap();
+/// let y = y.into_data().to_vec::<f32>().unwrap();
+/// assert!((y[0] - 1f32.cos()).abs() < 1e-6 && (y[3] - 0.5f32.sin()).abs() < 1e-6);
+/// ```
+pub fn expmv_generated<B: ExpmBackend>(
+    c: Tensor<B, 2>,
+    psi: Tensor<B, 4>,
+    v: Tensor<B, 2>,
+    config: &ExpmvConfig,
+) -> Result<Tensor<B, 2>> {
+    config.validate()?;
+    let [rows, m] = c.dims();
+    let [pm, blocks, n, n2] = psi.dims();
+    if n != n2 || n == 0 || pm != m {
+        return Err(VlgoError::ShapeMismatch {
+            op: "expmv_generated",
+            what: "psi must be [M, S, n, n] with n >= 1 for coefficients c [R, M]",
+            lhs: c.dims().to_vec(),
+            rhs: psi.dims().to_vec(),
+        });
+    }
+    if v.dims() != [rows * blocks, n] {
+        return Err(VlgoError::Shape {
+            op: "expmv_generated",
+            expected: format!("v [R S, n] = [{}, {n}]", rows * blocks),
+            got: v.dims().to_vec(),
+        });
+    }
+    let dtype = c.dtype();
+    let promote_to = compute_dtype("expmv_generated", dtype)?;
+    let c = promote(c, promote_to);
+    let psi = if psi.dtype() == c.dtype() {
+        psi
+    } else {
+        psi.cast(c.dtype())
+    };
+    let v = if v.dtype() == c.dtype() {
+        v
+    } else {
+        v.cast(c.dtype())
+    };
+    if rows == 0 || blocks == 0 {
+        return Ok(v);
+    }
+    let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::expmv_generated(
+        c.into_primitive().tensor(),
+        psi.into_primitive().tensor(),
+        v.into_primitive().tensor(),
+        *config,
+    )));
+    Ok(if y.dtype() == dtype { y } else { y.cast(dtype) })
+}
+
 /// exp(A) v together with its pullback: the adjoints of A and v for any adjoint of the output,
 /// through the same forward and backward an autodiff graph would run, without building one.
 /// For inner loops that need many gradients of a few inputs (sparse inference).

@@ -92,6 +92,19 @@ impl TaylorLayout {
     }
 }
 
+/// 1 / theta_m for m = 1..=m_max on the device, with m_max (the config's, within the table).
+fn inv_theta_buffer<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    config: &ExpmvConfig,
+) -> (CubeTensor<R>, usize) {
+    let m_max = config.m_max.clamp(1, INV_THETA_F32.len());
+    let bytes: Vec<u8> = INV_THETA_F32[..m_max]
+        .iter()
+        .flat_map(|&inv| (inv as f32).to_le_bytes())
+        .collect();
+    (buffer(like, &bytes, DType::F32), m_max)
+}
+
 /// Runs the route kernel over A [count, n, n] into `routes` [count, ROUTE_STRIDE].
 fn route<R: CubeRuntime>(
     a: &CubeTensor<R>,
@@ -100,12 +113,7 @@ fn route<R: CubeRuntime>(
     config: &ExpmvConfig,
 ) {
     let n = a.meta.shape()[1];
-    let m_max = config.m_max.clamp(1, INV_THETA_F32.len());
-    let inv_thetas: Vec<u8> = INV_THETA_F32[..m_max]
-        .iter()
-        .flat_map(|&inv| (inv as f32).to_le_bytes())
-        .collect();
-    let inv_thetas = buffer(a, &inv_thetas, DType::F32);
+    let (inv_thetas, m_max) = inv_theta_buffer(a, config);
     let pade_theta = plan::table(ExpmMethod::Pade, Precision::Single)
         .last()
         .map_or(1.0, |&(_, theta)| theta as f32);
@@ -243,4 +251,79 @@ pub fn expmv_backward<R: CubeRuntime>(
         layout.staged,
     );
     out
+}
+
+/// Most coefficients per row that [`expmv_generated`] forms in the kernel.
+pub const MAX_GENERATED_COEFFS: usize = 1024;
+
+/// Units and shared floats of the generating kernel for M coefficients and blocks of n.
+fn generated_geometry<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    m: usize,
+    n: usize,
+) -> Option<(usize, usize)> {
+    let ccap = m.next_power_of_two().max(32);
+    let vcap = n.next_power_of_two().max(64);
+    let need = (STAGED_FLOATS + 3 * vcap + 2 * MAX_UNITS + 2 * ccap + 1) * 4;
+    let fits = n <= STAGED_N
+        && m <= MAX_GENERATED_COEFFS
+        && client.properties().hardware.max_shared_memory_size >= need;
+    fits.then(|| (ccap, vcap))
+}
+
+/// Whether [`expmv_generated`] takes coefficients c [R, M] and generators psi [M, S, n, n] of
+/// this dtype on this device: f32, n <= 64 and M <= [`MAX_GENERATED_COEFFS`], with shared
+/// memory for A, the coefficients and three vectors.
+pub fn generated_takes<R: CubeRuntime>(c: &CubeTensor<R>, psi: &CubeTensor<R>) -> bool {
+    let shape = psi.meta.shape();
+    c.dtype == DType::F32
+        && psi.dtype == DType::F32
+        && shape.num_dims() == 4
+        && shape[2] == shape[3]
+        && shape[2] >= 1
+        && generated_geometry(&c.client, shape[0], shape[2]).is_some()
+}
+
+/// y_p = exp(A_p) v_p with A_p = sum_m c[r, m] psi[m, k] for the problems p = r S + k, formed in
+/// the kernel and never in device memory: c [R, M], psi [M, S, n, n], v [R S, n] (f32, see
+/// [`generated_takes`]). Forward only: the Taylor route for every finite generator.
+pub fn expmv_generated<R: CubeRuntime>(
+    c: CubeTensor<R>,
+    psi: CubeTensor<R>,
+    v: CubeTensor<R>,
+    config: &ExpmvConfig,
+) -> CubeTensor<R> {
+    let c = into_contiguous(c);
+    let psi = into_contiguous(psi);
+    let v = into_contiguous(v);
+    let shape = psi.meta.shape();
+    let (m, blocks, n) = (shape[0], shape[1], shape[2]);
+    let count = v.meta.shape()[0];
+    let y = output(&v, v.meta.shape().clone());
+    let Some((ccap, vcap)) = generated_geometry(&c.client, m, n) else {
+        panic!("expmv_generated takes what generated_takes accepts (M = {m}, n = {n})");
+    };
+    if count == 0 {
+        return y;
+    }
+    let (inv_thetas, m_max) = inv_theta_buffer(&c, config);
+    let layout = TaylorLayout::new(&c.client, n, count, 0);
+    taylor::generated_taylor_kernel::launch::<R>(
+        &c.client,
+        layout.cube_count(),
+        layout.cube_dim(),
+        c.clone().into_tensor_arg(),
+        psi.into_tensor_arg(),
+        v.into_tensor_arg(),
+        inv_thetas.into_array_arg(),
+        y.clone().into_tensor_arg(),
+        n as u32,
+        blocks as u32,
+        m_max as u32,
+        u32::from(config.shift),
+        config.tol as f32,
+        ccap,
+        vcap,
+    );
+    y
 }

@@ -14,6 +14,9 @@
 //!   termination, per matrix the same route as the CPU and tensor-op paths (the explicit
 //!   exponential where that is cheaper), and its checkpointed adjoint (module `taylor`). The
 //!   routes stay on the device and are the forward's checkpoint.
+//! * [`expmv_generated`]: exp(A) v for generators A = sum_m c_m Psi_m formed inside the kernel
+//!   from the coefficients and the dictionary, so that best-of-J's candidates never exist in
+//!   device memory (forward only; the Taylor route for every finite generator).
 //!
 //! A cube walks through its share of the batch (the grid is capped), so the workspace is a fixed
 //! number of n x n slots (or vectors) per cube whatever the batch size. Inputs other than f32
@@ -25,7 +28,10 @@ mod kernels;
 mod program;
 mod taylor;
 
-pub use expmv::{MAX_VECTOR_N, expmv, expmv_backward, expmv_takes};
+pub use expmv::{
+    MAX_GENERATED_COEFFS, MAX_VECTOR_N, expmv, expmv_backward, expmv_generated, expmv_takes,
+    generated_takes,
+};
 pub(crate) use taylor::ROUTE_STRIDE;
 
 use burn::tensor::{DType, Shape};

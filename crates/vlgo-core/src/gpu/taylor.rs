@@ -139,20 +139,11 @@ pub(crate) fn route_kernel(
             let mut s = f32::new(0.0);
             let mut shift_out = mu;
             if finite {
-                // The pair (m, s) with the fewest products m s, smallest m on ties.
-                let mut cost = f32::new(0.0);
-                for k in 0..m_max as usize {
-                    let q = shifted * inv_thetas[k];
-                    if q <= f32::new(1e9) {
-                        let sk = max(q.ceil(), f32::new(1.0));
-                        let ck = f32::cast_from(k as u32 + 1) * sk;
-                        if m == f32::new(0.0) || ck < cost {
-                            cost = ck;
-                            m = f32::cast_from(k as u32 + 1);
-                            s = sk;
-                        }
-                    }
+                m = cheapest_degree(shifted, inv_thetas, m_max);
+                if m > f32::new(0.0) {
+                    s = taylor_steps(shifted, inv_thetas, m);
                 }
+                let cost = m * s;
                 let floor = nf * f32::new(16.0) / f32::new(3.0);
                 if m == f32::new(0.0) || s > f32::new(4096.0) {
                     kind = f32::new(1.0); // ROUTE_DENSE
@@ -181,6 +172,33 @@ pub(crate) fn route_kernel(
         sync_cube();
         mat += CUBE_COUNT;
     }
+}
+
+/// The Taylor degree m in 1..=`m_max` whose steps (see [`taylor_steps`]) need the fewest
+/// products m s at the shifted 1-norm `shifted`, the smallest on ties; 0 when every degree would
+/// take more than 1e9 steps. `inv_thetas` holds 1 / theta_m.
+#[cube]
+fn cheapest_degree(shifted: f32, inv_thetas: &Array<f32>, m_max: u32) -> f32 {
+    let mut m = f32::new(0.0);
+    let mut cost = f32::new(0.0);
+    for k in 0..m_max as usize {
+        let q = shifted * inv_thetas[k];
+        if q <= f32::new(1e9) {
+            let ck = f32::cast_from(k as u32 + 1) * max(q.ceil(), f32::new(1.0));
+            if m == f32::new(0.0) || ck < cost {
+                cost = ck;
+                m = f32::cast_from(k as u32 + 1);
+            }
+        }
+    }
+    m
+}
+
+/// Steps s = max(ceil(||A'||_1 / theta_m), 1) of degree m >= 1.
+#[cube]
+fn taylor_steps(shifted: f32, inv_thetas: &Array<f32>, m: f32) -> f32 {
+    let k = u32::cast_from(m) as usize - 1;
+    max((shifted * inv_thetas[k]).ceil(), f32::new(1.0))
 }
 
 /// sa = A with rows `odd_stride(n)` apart.
@@ -427,6 +445,175 @@ pub(crate) fn taylor_kernel(
             }
         }
         mat += CUBE_COUNT;
+    }
+}
+
+/// Most Taylor steps of [`generated_taylor_kernel`]: a forward keeps no checkpoints, so it has
+/// no [`MAX_STEPS`]; this only bounds the work a single enormous generator can take (shifted
+/// 1-norms up to about 2e5).
+pub(crate) const GENERATED_MAX_STEPS: usize = 1 << 16;
+
+/// y_p = exp(A_p) v_p for generators formed in the kernel: problem p = r S + k (S = `blocks`)
+/// has A_p = sum_m c[r, m] psi[m, k], with c [R, M], psi [M, S, n, n] and v, y [R S, n].
+///
+/// A_p exists only in the cube's shared memory: best-of-J evaluates J x N x S such generators,
+/// and none of them is ever written to device memory. The cube gathers the row's non-zero
+/// coefficients first (Laplace samples are sparse after thresholding), so forming A_p reads only
+/// the generators in use. Then, as [`route_kernel`] and [`taylor_kernel`] do, shift mu =
+/// tr(A_p)/n, the cheapest (m, s), and the Taylor steps with early termination; there is no
+/// explicit-exponential fallback (it would need A_p in device memory), so the Taylor route
+/// takes every finite generator up to [`GENERATED_MAX_STEPS`] steps. Non-finite generators,
+/// and any beyond that, give NaN rows.
+///
+/// `ccap` (>= M) and `vcap` (>= n) are compile-time, with the workgroup size; n <= [`STAGED_N`].
+#[cube(launch)]
+pub(crate) fn generated_taylor_kernel(
+    c: &Tensor<f32>,
+    psi: &Tensor<f32>,
+    v: &Tensor<f32>,
+    inv_thetas: &Array<f32>,
+    y: &mut Tensor<f32>,
+    n: u32,
+    blocks: u32,
+    m_max: u32,
+    shift: u32,
+    tol: f32,
+    #[comptime] ccap: usize,
+    #[comptime] vcap: usize,
+) {
+    let nf = f32::cast_from(n);
+    let n = n as usize;
+    let nn = n * n;
+    let blocks = blocks as usize;
+    let coeffs = c.shape(1);
+    let count = v.len() / n;
+    let tid = UNIT_POS as usize;
+    let units = CUBE_DIM as usize;
+    let stride = odd_stride(n);
+    let mut sa = SharedMemory::<f32>::new(STAGED_FLOATS);
+    let mut vals = SharedMemory::<f32>::new(ccap);
+    let mut used = SharedMemory::<u32>::new(ccap);
+    let mut nnz = SharedMemory::<u32>::new(1usize);
+    let mut x = SharedMemory::<f32>::new(vcap);
+    let mut t = SharedMemory::<f32>::new(vcap);
+    let mut f = SharedMemory::<f32>::new(vcap);
+    let mut r = SharedMemory::<f32>::new(MAX_UNITS);
+    let mut q = SharedMemory::<f32>::new(MAX_UNITS);
+    let mut unused = Array::<f32>::new(1usize);
+    let mut p = CUBE_POS;
+    while p < count {
+        let row = p / blocks;
+        let block = p % blocks;
+        if tid == 0 {
+            // Zero is told by the bits, so NaN and Inf coefficients are kept whatever a shader
+            // compiler assumes about NaN; -0 is skipped.
+            let mut k = 0usize;
+            for j in 0..coeffs {
+                let cj = c[row * coeffs + j];
+                if (u32::reinterpret(cj) & 0x7fff_ffffu32) != 0u32 {
+                    vals[k] = cj;
+                    used[k] = j as u32;
+                    k += 1;
+                }
+            }
+            nnz[0] = k as u32;
+        }
+        sync_cube();
+        let terms = nnz[0] as usize;
+        let mut e = tid;
+        while e < nn {
+            let mut sum = f32::new(0.0);
+            for k in 0..terms {
+                sum += vals[k] * psi[(used[k] as usize * blocks + block) * nn + e];
+            }
+            sa[(e / n) * stride + e % n] = sum;
+            e += units;
+        }
+        sync_cube();
+        let mut mu = f32::new(0.0);
+        if shift == 1u32 {
+            let mut trace = f32::new(0.0);
+            for i in 0..n {
+                trace += sa[i * stride + i];
+            }
+            mu = trace / nf;
+        }
+        // Shifted column sums; a non-finite one (told by its exponent bits) stands in as a norm
+        // no degree takes, which gives the NaN row.
+        let mut local = f32::new(0.0);
+        let mut j = tid;
+        while j < n {
+            let mut sum = f32::new(0.0);
+            for i in 0..n {
+                let mut entry = sa[i * stride + j];
+                if i == j {
+                    entry -= mu;
+                }
+                sum += entry.abs();
+            }
+            if (u32::reinterpret(sum) & 0x7f80_0000u32) == 0x7f80_0000u32 {
+                sum = f32::new(3.0e38);
+            }
+            local = max(local, sum);
+            j += units;
+        }
+        r[tid] = local;
+        q[tid] = f32::new(0.0);
+        reduce_max2(&mut r, &mut q);
+        let shifted = r[0];
+        let m = cheapest_degree(shifted, inv_thetas, m_max);
+        let mut steps = f32::new(0.0);
+        if m > f32::new(0.0) {
+            steps = taylor_steps(shifted, inv_thetas, m);
+        }
+        let mut i = tid;
+        while i < n {
+            x[i] = v[p * n + i];
+            i += units;
+        }
+        // Every unit has read r[0] before the steps write r again.
+        sync_cube();
+        if m > f32::new(0.0) && steps <= f32::cast_from(GENERATED_MAX_STEPS as u32) {
+            let inv_s = f32::new(1.0) / steps;
+            let eta = (mu * inv_s).exp();
+            for _ in 0..u32::cast_from(steps) as usize {
+                taylor_step(
+                    psi,
+                    &sa,
+                    0usize,
+                    &mut x,
+                    &mut t,
+                    &mut f,
+                    &mut r,
+                    &mut q,
+                    &mut unused,
+                    0,
+                    u32::cast_from(m) as usize,
+                    mu,
+                    inv_s,
+                    tol,
+                    n,
+                    true,
+                    false,
+                );
+                next_input(&mut x, &f, eta, n);
+            }
+            let mut i = tid;
+            while i < n {
+                y[p * n + i] = x[i];
+                i += units;
+            }
+        } else {
+            // A NaN made from the data at run time: a constant one may be folded away.
+            let nan = f32::reinterpret(u32::reinterpret(shifted) | 0x7fc0_0000u32);
+            let mut i = tid;
+            while i < n {
+                y[p * n + i] = nan;
+                i += units;
+            }
+        }
+        sync_cube();
+        p += CUBE_COUNT;
     }
 }
 

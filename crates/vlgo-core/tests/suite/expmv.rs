@@ -325,3 +325,192 @@ fn f32_expmv_takes_the_gpu_kernels_on_cubecl_backends() {
         &Shape::new([3, 513, 513])
     ));
 }
+
+/// `expmv_generated` equals exp(A) v of the generators A_p = sum_m c[r, m] psi[m, k], formed on
+/// the host in f64: on the GPU backends (untracked) inside the kernel, with sparse coefficients,
+/// an all-zero row (A = 0), a NaN coefficient (NaN rows for all the row's blocks), mixed norms,
+/// n up to 64 and n = 80 (past the kernel: formed by a matmul). Tracked, it records the matmul
+/// and `expmv`: the same values, and a gradient reaches c.
+#[test]
+fn expmv_generated_equals_expmv_of_the_formed_generators() {
+    use rand::Rng;
+    use vlgo_core::expmv_generated;
+    let mut r = rng(38);
+    let round = |x: f64| x as f32 as f64;
+    // (n, blocks S, generators M, rows R)
+    for (n, s, m, rows) in [
+        (2, 3, 5, 40),
+        (5, 2, 7, 12),
+        (16, 1, 40, 8),
+        (64, 2, 3, 5),
+        (80, 1, 2, 3),
+    ] {
+        let psi: Vec<f64> = (0..m * s * n * n)
+            .map(|_| round(gaussian(&mut r) / n as f64))
+            .collect();
+        let norms = [0.05, 0.6, 4.0, 12.0, 30.0];
+        let mut c: Vec<f64> = (0..rows * m)
+            .map(|i| {
+                let keep = r.random::<f64>() < 0.5 || m == 1;
+                let scale = norms[(i / m) % norms.len()] / (m as f64).sqrt();
+                if keep {
+                    round(gaussian(&mut r) * scale)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        c[m..2 * m].iter_mut().for_each(|x| *x = 0.0);
+        let nan_row = rows - 1;
+        c[nan_row * m] = f64::NAN;
+        let v: Vec<f64> = vectors(&mut r, rows * s, n)
+            .into_iter()
+            .map(round)
+            .collect();
+        let tensor = |data: &[f64]| {
+            Tensor::<B, 1>::from_data(
+                TensorData::new(data.to_vec(), [data.len()]),
+                (&device(), DType::F32),
+            )
+        };
+        let ct: Tensor<B, 2> = tensor(&c).reshape([rows, m]);
+        let vt: Tensor<B, 2> = tensor(&v).reshape([rows * s, n]);
+        let psit: Tensor<B, 4> = tensor(&psi).reshape([m, s, n, n]);
+        let y = to_f64(
+            expmv_generated(ct.clone(), psit.clone(), vt.clone(), &ExpmvConfig::new()).unwrap(),
+        );
+        // Tracked: the recorded ops give the same values and a gradient to c.
+        let c_ad = Tensor::<AD, 2>::from_inner(ct).require_grad();
+        let y_ad = expmv_generated(
+            c_ad.clone(),
+            Tensor::from_inner(psit),
+            Tensor::from_inner(vt),
+            &ExpmvConfig::new(),
+        )
+        .unwrap();
+        let grads = y_ad.clone().sum().backward();
+        let gc = to_f64(c_ad.grad(&grads).expect("c is tracked"));
+        let y_ad = to_f64(y_ad.inner());
+        assert!(
+            gc[..m].iter().all(|x| x.is_finite()),
+            "n {n}: gradient to c"
+        );
+        for row in 0..rows {
+            for k in 0..s {
+                let p = row * s + k;
+                let out = p * n..(p + 1) * n;
+                if row == nan_row {
+                    assert!(
+                        y[out.clone()].iter().all(|x| x.is_nan()),
+                        "n {n} problem {p}"
+                    );
+                    assert!(y_ad[out].iter().all(|x| x.is_nan()), "n {n} problem {p}");
+                    continue;
+                }
+                let a: Vec<f64> = (0..n * n)
+                    .map(|e| {
+                        (0..m)
+                            .map(|j| c[row * m + j] * psi[(j * s + k) * n * n + e])
+                            .sum()
+                    })
+                    .collect();
+                let want = reference(&a, &v[out.clone()], n);
+                let bar = (10.0 * (1.0 + two_norm(&a, n)) * U32 * 4.0).max(1e-6);
+                let what = format!("n {n} problem {p} (norm {:.3})", one_norm(&a, n));
+                let err = rel_frobenius_host(&y[out.clone()], &want);
+                assert!(err <= bar, "{what}: fused {err:.3e} > {bar:.3e}");
+                let err = rel_frobenius_host(&y_ad[out.clone()], &want);
+                assert!(err <= bar, "{what}: tracked {err:.3e} > {bar:.3e}");
+                if row == 1 {
+                    assert_eq!(y[out.clone()], v[out], "n {n}: A = 0 moves nothing");
+                }
+            }
+        }
+    }
+}
+
+/// Half-precision coefficients, dictionary and vectors compute in f32 and come back in their
+/// dtype, rounded once (on backends with the dtype: lavapipe has f16, NdArray neither).
+#[test]
+fn expmv_generated_takes_half_precision() {
+    use vlgo_core::expmv_generated;
+    let mut r = rng(39);
+    let (n, s, m, rows) = (8, 2, 6, 5);
+    for (dtype, u_out) in [(DType::F16, 2f64.powi(-11)), (DType::BF16, 2f64.powi(-8))] {
+        if !<B as Backend>::supports_dtype(&device(), dtype) {
+            eprintln!("{dtype:?} is not a dtype of this backend: skipped");
+            continue;
+        }
+        let half = |data: &[f64]| {
+            Tensor::<B, 1>::from_data(
+                TensorData::new(data.to_vec(), [data.len()]),
+                (&device(), DType::F32),
+            )
+            .cast(dtype)
+        };
+        let psi: Vec<f64> = (0..m * s * n * n)
+            .map(|_| gaussian(&mut r) / n as f64)
+            .collect();
+        let c: Vec<f64> = (0..rows * m).map(|_| 0.4 * gaussian(&mut r)).collect();
+        let v = vectors(&mut r, rows * s, n);
+        let (ct, psit, vt) = (half(&c), half(&psi), half(&v));
+        // The reference takes the inputs as rounded to the half type.
+        let (c, psi, v) = (to_f64(ct.clone()), to_f64(psit.clone()), to_f64(vt.clone()));
+        let y = expmv_generated(
+            ct.reshape([rows, m]),
+            psit.reshape([m, s, n, n]),
+            vt.reshape([rows * s, n]),
+            &ExpmvConfig::new(),
+        )
+        .unwrap();
+        assert_eq!(y.dtype(), dtype);
+        let y = to_f64(y);
+        for p in 0..rows * s {
+            let (row, k) = (p / s, p % s);
+            let a: Vec<f64> = (0..n * n)
+                .map(|e| {
+                    (0..m)
+                        .map(|j| c[row * m + j] * psi[(j * s + k) * n * n + e])
+                        .sum()
+                })
+                .collect();
+            let out = p * n..(p + 1) * n;
+            let err = rel_frobenius_host(&y[out.clone()], &reference(&a, &v[out], n));
+            let bar = 2.0 * u_out * (1.0 + two_norm(&a, n));
+            assert!(err <= bar, "{dtype:?} problem {p}: {err:.3e} > {bar:.3e}");
+        }
+    }
+}
+
+/// The routing of `expmv_generated`: untracked f32 on the GPU backends forms the generators in
+/// the kernel, which skips zero coefficients, so a NaN generator with coefficient 0 leaves the
+/// result finite there; the matmul of every other path (and of a tracked input) gives NaN.
+#[test]
+fn untracked_expmv_generated_forms_the_generators_in_the_gpu_kernel() {
+    use vlgo_core::expmv_generated;
+    let n = 4;
+    let mut psi = vec![0.0; 2 * n * n];
+    psi[0] = f64::NAN;
+    let psi = Tensor::<B, 1>::from_floats(
+        &psi.iter().map(|&x| x as f32).collect::<Vec<_>>()[..],
+        &device(),
+    )
+    .reshape([2, 1, n, n]);
+    let c = Tensor::<B, 2>::from_floats([[0.0, 1.0]], &device());
+    let v = Tensor::<B, 2>::ones([1, n], &device());
+    let gpu = cfg!(any(feature = "test-wgpu", feature = "test-cuda"));
+    let y =
+        to_f64(expmv_generated(c.clone(), psi.clone(), v.clone(), &ExpmvConfig::new()).unwrap());
+    assert_eq!(y.iter().all(|x| x.is_finite()), gpu, "untracked: {y:?}");
+    let tracked = expmv_generated(
+        Tensor::<AD, 2>::from_inner(c).require_grad(),
+        Tensor::from_inner(psi),
+        Tensor::from_inner(v),
+        &ExpmvConfig::new(),
+    )
+    .unwrap();
+    assert!(
+        to_f64(tracked.inner()).iter().all(|x| x.is_nan()),
+        "tracked"
+    );
+}
