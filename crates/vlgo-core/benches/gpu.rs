@@ -12,8 +12,10 @@
 //! `--best-of J` runs best-of-J sampling instead (`vlgo_core::best_of_j_seeded`) at batch 512
 //! with M = 128 generators of 8 blocks of 64 x 64 on d = 512 features: seconds for the J
 //! candidates and, on `cuda`, the pool's reservation afterwards (the acceptance check is J = 100
-//! within one card's memory); then one candidate's transport with the generators formed inside
-//! the kernel (`expmv_generated`, what best-of-J runs) against formed by a matmul first.
+//! within one card's memory), once with the candidates' generators formed by a matmul
+//! (`TransportMethod::Expmv`, the default) and once formed inside the kernel
+//! (`TransportMethod::Generated`); then one candidate's transport both ways, for dense and
+//! half-zero coefficients.
 
 use std::time::Instant;
 
@@ -191,7 +193,7 @@ where
 fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B>>) {
     use vlgo_core::{
         FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams, OperatorForm, Threshold,
-        best_of_j_seeded,
+        TransportMethod, best_of_j_with,
     };
     let (batch, m, d, block) = (512, 128, 512, 64);
     let device: B::Device = Default::default();
@@ -203,38 +205,45 @@ fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B
     let z0 = Tensor::<B, 2>::random([batch, d], Distribution::Normal(0.0, 1.0), &device);
     let z1 = Tensor::<B, 2>::random([batch, d], Distribution::Normal(0.0, 1.0), &device);
     let streams = NoiseStreams::new(0);
-    let run = |samples: usize| {
-        let best = best_of_j_seeded(
+    let run = |samples: usize, method: TransportMethod| {
+        // The draws of `best_of_j_seeded` at step 0.
+        let draws = (0..samples as u64).map(|j| {
+            let u = streams.uniform_centered(0, j, batch * m);
+            Tensor::<B, 1>::from_floats(u.as_slice(), &device).reshape([batch, m])
+        });
+        let best = best_of_j_with(
             &operators,
             &params,
             z0.clone(),
             z1.clone(),
             &Threshold::none(),
-            &streams,
-            0,
-            samples,
+            draws,
+            method,
         )
         .expect("valid shapes");
         // Reading the errors back waits for the device.
         best.error.into_data();
     };
-    // A warm-up with two candidates compiles what the measured run needs.
-    run(2);
-    if let Some(probe) = memory {
-        probe(&device, true);
+    for method in [TransportMethod::Expmv, TransportMethod::Generated] {
+        // A warm-up with two candidates compiles what the measured run needs.
+        run(2, method);
+        if let Some(probe) = memory {
+            probe(&device, true);
+        }
+        let start = Instant::now();
+        run(args.best_of, method);
+        let seconds = start.elapsed().as_secs_f64();
+        let pool = memory
+            .and_then(|probe| probe(&device, false))
+            .map(|(_, reserved)| format!(", pool {:.0} MiB", reserved as f64 / 1048576.0))
+            .unwrap_or_default();
+        println!(
+            "{name}: best-of-{} at batch {batch}, M = {m}, {} blocks of {block}, transport \
+             {method:?}: {seconds:.2} s{pool}",
+            args.best_of,
+            d / block
+        );
     }
-    let start = Instant::now();
-    run(args.best_of);
-    let seconds = start.elapsed().as_secs_f64();
-    let pool = memory
-        .and_then(|probe| probe(&device, false))
-        .map(|(_, reserved)| format!(", pool {:.0} MiB", reserved as f64 / 1048576.0))
-        .unwrap_or_default();
-    println!(
-        "{name}: best-of-{} at batch {batch}, M = {m}, {} blocks of {block}: {seconds:.2} s{pool}",
-        args.best_of,
-        d / block
-    );
     // One candidate's transport, its generators formed inside the kernel or by a matmul first
     // (the tensors those would take: batch x blocks x block^2 f32).
     let problems = batch * d / block;

@@ -6,10 +6,11 @@ use burn::prelude::*;
 use crate::error::{Result, VlgoError};
 use crate::expm::ExpmBackend;
 use crate::laplace::{LaplaceParams, Threshold, sample};
-use crate::operators::LieOperators;
+use crate::operators::{LieOperators, TransportMethod};
 use crate::rng::NoiseStreams;
 
-/// Generator entries (candidates x N x S x b x b) evaluated in one stacked transport: small
+/// Entries of the largest tensor of one stacked transport (the generators, candidates x N x S x
+/// b x b, or with generators formed in the kernel the features and coefficients): small
 /// problems evaluate all J candidates at once (a few large tensor ops instead of many small
 /// ones), large ones one at a time, so memory stays bounded whatever J is.
 const CANDIDATE_BUDGET: usize = 1 << 22;
@@ -23,7 +24,8 @@ pub struct BestOfJ<B: Backend> {
     pub noise: Tensor<B, 2>,
     /// Index of the winning candidate per datum.
     pub winner: Vec<usize>,
-    /// Reconstruction error ||T(c) z0 - z1||^2 of the winner per datum, [N] (no gradient).
+    /// Reconstruction error ||T(c) z0 - z1||^2 of the winner per datum, [N] (no gradient;
+    /// +inf where no candidate's transport is finite).
     pub error: Tensor<B, 1>,
 }
 
@@ -43,6 +45,30 @@ pub fn best_of_j<B: ExpmBackend>(
     threshold: &Threshold,
     draws: impl IntoIterator<Item = Tensor<B, 2>>,
 ) -> Result<BestOfJ<B>> {
+    best_of_j_with(
+        operators,
+        params,
+        z0,
+        z1,
+        threshold,
+        draws,
+        TransportMethod::Expmv,
+    )
+}
+
+/// [`best_of_j`] with the candidates' transport method. With
+/// [`TransportMethod::Generated`] the GPU backends form each candidate's generators inside the
+/// kernel, so no candidate generator is ever stored, and a chunk is bounded by its vectors
+/// (2^22 entries of features and coefficients) instead of its generators.
+pub fn best_of_j_with<B: ExpmBackend>(
+    operators: &LieOperators<B>,
+    params: &LaplaceParams<B>,
+    z0: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+    threshold: &Threshold,
+    draws: impl IntoIterator<Item = Tensor<B, 2>>,
+    method: TransportMethod,
+) -> Result<BestOfJ<B>> {
     let [n, m] = params.dims();
     if z0.dims() != z1.dims() || z0.dims()[0] != n {
         return Err(VlgoError::ShapeMismatch {
@@ -56,7 +82,11 @@ pub fn best_of_j<B: ExpmBackend>(
     let fixed = params.detach();
     let (z0d, z1d) = (z0.detach(), z1.detach());
     let (s, b) = operators.blocks();
-    let chunk = (CANDIDATE_BUDGET / (n * s * b * b).max(1)).max(1);
+    let per_candidate = match method {
+        TransportMethod::Generated => n * (z0d.dims()[1] + m),
+        TransportMethod::Expmv | TransportMethod::Expm => n * s * b * b,
+    };
+    let chunk = (CANDIDATE_BUDGET / per_candidate.max(1)).max(1);
     let mut draws = draws.into_iter();
     let mut best: Option<(Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1>)> = None;
     let mut first = 0;
@@ -86,11 +116,17 @@ pub fn best_of_j<B: ExpmBackend>(
             log_scale: fixed.log_scale.clone().repeat_dim(0, k),
         };
         let c = sample(&stacked, u.clone(), threshold);
-        let err = (frozen.transport(c, z0d.clone().repeat_dim(0, k))?
+        let err = (frozen.transport_with(c, z0d.clone().repeat_dim(0, k), method)?
             - z1d.clone().repeat_dim(0, k))
         .square()
         .sum_dim(1)
         .reshape([k, n]);
+        // A NaN error (a non-finite transport) must never win, and backends order NaN
+        // differently in a minimum: it counts as +inf. "Not below +inf" is the test, an ordered
+        // comparison that is false for NaN everywhere (NdArray's vectorised `not_equal`, which
+        // `is_nan` uses, does not see NaN).
+        let finite = err.clone().lower_elem(f32::INFINITY);
+        let err = err.mask_fill(finite.bool_not(), f32::INFINITY);
         // Ties go to the earlier candidate, within a chunk (argmin) and across chunks (strict <).
         let (err, idx) = err.min_dim_with_indices(0);
         let err = err.reshape([n]);

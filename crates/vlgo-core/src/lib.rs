@@ -69,7 +69,7 @@ pub mod sparse_coding;
 #[doc(hidden)]
 pub mod testing;
 
-pub use best_of_j::{BestOfJ, best_of_j, best_of_j_seeded};
+pub use best_of_j::{BestOfJ, best_of_j, best_of_j_seeded, best_of_j_with};
 pub use laplace::{
     FixedPrior, LaplaceParams, Threshold, ThresholdVariant, WarmupBlend, kl_divergence,
     laplace_noise, sample, warmup_prior,

@@ -12,7 +12,7 @@ use crate::error::VlgoError;
 // `#[derive(Config)]` expands to code that names `Result` unqualified.
 type VlgoResult<T> = crate::error::Result<T>;
 use crate::expm::{
-    ExpmBackend, ExpmvConfig, ExpmvPullback, expmv_generated, expmv_pullback, try_expm,
+    ExpmBackend, ExpmvConfig, ExpmvPullback, expmv_generated, expmv_pullback, expmv_with, try_expm,
 };
 use crate::rng::NoiseStreams;
 
@@ -39,6 +39,14 @@ pub enum TransportMethod {
     Expmv,
     /// Form T = expm(A), then multiply.
     Expm,
+    /// exp(A) z with each generator A = sum_m c_m Psi_m formed inside the exponential's kernel
+    /// where the backend has one (the GPU backends, with nothing tracked by autodiff): the
+    /// N S generators never exist in device memory. Elsewhere it is [`Expmv`](Self::Expmv). It
+    /// takes the Taylor route for every finite generator (no explicit-exponential fallback) and
+    /// reads M n^2 generator entries per block where a matmul reuses them across the batch, so
+    /// it is the lean choice for memory, not the fast one for dense coefficients (see
+    /// `docs/expm.md` and the GPU benchmark).
+    Generated,
 }
 
 /// How the generators are initialised.
@@ -391,20 +399,22 @@ impl<B: ExpmBackend> LieOperators<B> {
     ) -> VlgoResult<Tensor<B, 2>> {
         self.check_features("LieOperators::transport", &c, &z)?;
         let moved = match method {
-            // The generators are formed where the backend chooses: inside the GPU kernel when
-            // nothing is tracked (best-of-J), by a matmul otherwise.
-            TransportMethod::Expmv => expmv_generated(
-                c,
-                self.psi.val(),
-                self.block_vectors(&z),
-                &ExpmvConfig::default(),
-            )?,
+            TransportMethod::Expmv => {
+                let (a, v) = self.block_problems(c, &z)?;
+                expmv_with(a, v, &ExpmvConfig::default())?
+            }
             TransportMethod::Expm => {
                 let (a, v) = self.block_problems(c, &z)?;
                 try_expm(a)?
                     .matmul(v.unsqueeze_dim::<3>(2))
                     .squeeze_dim::<2>(2)
             }
+            TransportMethod::Generated => expmv_generated(
+                c,
+                self.psi.val(),
+                self.block_vectors(&z),
+                &ExpmvConfig::default(),
+            )?,
         };
         Ok(self.reassemble(moved, z))
     }

@@ -324,13 +324,15 @@ pub fn expmv_with<B: ExpmBackend>(
 
 /// exp(A_p) v_p for generators given as coefficients over a dictionary: problem p = r S + k has
 /// A_p = sum_m c[r, m] psi[m, k], with c [R, M], psi [M, S, n, n] and v [R S, n]. This is what
-/// [`LieOperators::transport`](crate::LieOperators::transport) computes block by block.
+/// [`LieOperators::transport_with`](crate::LieOperators::transport_with) computes block by
+/// block with [`TransportMethod::Generated`](crate::TransportMethod::Generated).
 ///
 /// The value is [`expmv_with`] of the formed generators. When no input is tracked by autodiff
 /// (best-of-J candidates, sampled augmentations), the GPU backends form each generator inside
 /// their kernel, so the R S generators never exist in device memory; that kernel takes the
 /// Taylor route for every finite generator (no explicit-exponential fallback) and skips zero
-/// coefficients. Otherwise the generators are formed with one matmul (and, with a gradient to
+/// coefficients. It reads every used generator entry once per problem, where a matmul reuses
+/// entries across the batch: lean in memory, slower for dense coefficients (`docs/expm.md`). Otherwise the generators are formed with one matmul (and, with a gradient to
 /// take, both ops are recorded). Half-precision inputs compute in f32 and return in c's dtype.
 ///
 /// ```
@@ -384,7 +386,7 @@ pub fn expmv_generated<B: ExpmBackend>(
         v.cast(c.dtype())
     };
     if rows == 0 || blocks == 0 {
-        return Ok(v);
+        return Ok(if v.dtype() == dtype { v } else { v.cast(dtype) });
     }
     let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::expmv_generated(
         c.into_primitive().tensor(),

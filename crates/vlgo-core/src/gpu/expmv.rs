@@ -23,9 +23,18 @@ use crate::expm::{ExpmMethod, ExpmvConfig};
 /// 16 KiB that every WebGPU device offers.
 pub const MAX_VECTOR_N: usize = 512;
 
-/// Most cubes of the dense routes' interpreter. Those routes are the rare large norms; each cube
-/// holds a workspace of several n x n slots.
-const DENSE_GRID: usize = 256;
+/// Workspace of the dense routes' interpreter, which every `expmv` launches (its cubes skip the
+/// other routes). Those routes are the rare large norms, so the grid is what this many bytes of
+/// n x n slots allow: about 200 cubes at n = 64, the device's limit for small n. A large grid
+/// for small n keeps the walk of each cube short: software Vulkan stops a shader's loops after
+/// 65 535 iterations in all (docs/expm.md), which a cube walking hundreds of small dense
+/// matrices passed.
+const DENSE_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Most cubes of the dense interpreter for `table`'s slots at n.
+fn dense_grid(table: &program::Table, n: usize) -> usize {
+    (DENSE_WORKSPACE_BYTES / (table.slots * n * n * 4).max(1)).max(1)
+}
 
 /// Most cubes of the Taylor forward (it has no workspace).
 const TAYLOR_GRID: usize = 65_535;
@@ -151,12 +160,8 @@ pub fn expmv<R: CubeRuntime>(
     }
     let layout = TaylorLayout::new(&a.client, n, count, 0);
     route(&a, &routes, &layout, config);
-    let l = Launch::new(
-        a.clone(),
-        program::forward_table(ExpmMethod::Pade),
-        false,
-        DENSE_GRID,
-    );
+    let table = program::forward_table(ExpmMethod::Pade);
+    let l = Launch::new(a.clone(), table, false, dense_grid(table, n));
     kernels::expmv_dense_kernel::launch::<R>(
         &a.client,
         l.layout.cube_count(),
@@ -210,7 +215,8 @@ pub fn expmv_backward<R: CubeRuntime>(
     if count == 0 {
         return out;
     }
-    let l = Launch::new(a.clone(), program::frechet_table(), true, DENSE_GRID);
+    let table = program::frechet_table();
+    let l = Launch::new(a.clone(), table, true, dense_grid(table, n));
     kernels::expmv_dense_backward_kernel::launch::<R>(
         &a.client,
         l.layout.cube_count(),
@@ -256,19 +262,24 @@ pub fn expmv_backward<R: CubeRuntime>(
 /// Most coefficients per row that [`expmv_generated`] forms in the kernel.
 pub const MAX_GENERATED_COEFFS: usize = 1024;
 
-/// Units and shared floats of the generating kernel for M coefficients and blocks of n.
+/// Compile-time shared sizes of the generating kernel for M coefficients and blocks of n:
+/// (acap, ccap, vcap), or `None` where the device lacks the shared memory. Sizes round up to
+/// powers of two, so a model's block size compiles one shader.
 fn generated_geometry<R: CubeRuntime>(
     client: &ComputeClient<R>,
     m: usize,
     n: usize,
-) -> Option<(usize, usize)> {
+) -> Option<(usize, usize, usize)> {
+    let rows = n.next_power_of_two();
+    // Rows odd_stride(n) <= rows + 1 apart.
+    let acap = rows * (rows + 1);
     let ccap = m.next_power_of_two().max(32);
-    let vcap = n.next_power_of_two().max(64);
-    let need = (STAGED_FLOATS + 3 * vcap + 2 * MAX_UNITS + 2 * ccap + 1) * 4;
+    let vcap = rows.max(32);
+    let need = (acap + 3 * vcap + 2 * MAX_UNITS + 2 * ccap + 1) * 4;
     let fits = n <= STAGED_N
         && m <= MAX_GENERATED_COEFFS
         && client.properties().hardware.max_shared_memory_size >= need;
-    fits.then(|| (ccap, vcap))
+    fits.then_some((acap, ccap, vcap))
 }
 
 /// Whether [`expmv_generated`] takes coefficients c [R, M] and generators psi [M, S, n, n] of
@@ -287,6 +298,11 @@ pub fn generated_takes<R: CubeRuntime>(c: &CubeTensor<R>, psi: &CubeTensor<R>) -
 /// y_p = exp(A_p) v_p with A_p = sum_m c[r, m] psi[m, k] for the problems p = r S + k, formed in
 /// the kernel and never in device memory: c [R, M], psi [M, S, n, n], v [R S, n] (f32, see
 /// [`generated_takes`]). Forward only: the Taylor route for every finite generator.
+///
+/// # Panics
+///
+/// If the shapes do not agree or [`generated_takes`] refuses the inputs (callers check both;
+/// `vlgo_core::expmv_generated` returns errors for the shapes).
 pub fn expmv_generated<R: CubeRuntime>(
     c: CubeTensor<R>,
     psi: CubeTensor<R>,
@@ -298,9 +314,18 @@ pub fn expmv_generated<R: CubeRuntime>(
     let v = into_contiguous(v);
     let shape = psi.meta.shape();
     let (m, blocks, n) = (shape[0], shape[1], shape[2]);
+    let rows = c.meta.shape()[0];
     let count = v.meta.shape()[0];
+    assert!(
+        c.meta.shape()[1] == m && blocks >= 1 && v.meta.shape()[1] == n && count == rows * blocks,
+        "expmv_generated: c [R, M], psi [M, S, n, n] (S >= 1) and v [R S, n] do not agree: \
+         c {:?}, psi {:?}, v {:?}",
+        c.meta.shape(),
+        shape,
+        v.meta.shape()
+    );
     let y = output(&v, v.meta.shape().clone());
-    let Some((ccap, vcap)) = generated_geometry(&c.client, m, n) else {
+    let Some((acap, ccap, vcap)) = generated_geometry(&c.client, m, n) else {
         panic!("expmv_generated takes what generated_takes accepts (M = {m}, n = {n})");
     };
     if count == 0 {
@@ -322,6 +347,7 @@ pub fn expmv_generated<R: CubeRuntime>(
         m_max as u32,
         u32::from(config.shift),
         config.tol as f32,
+        acap,
         ccap,
         vcap,
     );

@@ -15,8 +15,10 @@
 //!   exponential where that is cheaper), and its checkpointed adjoint (module `taylor`). The
 //!   routes stay on the device and are the forward's checkpoint.
 //! * [`expmv_generated`]: exp(A) v for generators A = sum_m c_m Psi_m formed inside the kernel
-//!   from the coefficients and the dictionary, so that best-of-J's candidates never exist in
-//!   device memory (forward only; the Taylor route for every finite generator).
+//!   from the coefficients and the dictionary, so that they never exist in device memory
+//!   (forward only; the Taylor route for every finite generator). It reads M n^2 dictionary
+//!   entries per problem where a matmul reuses them across the batch, so it is the memory-lean
+//!   choice (`TransportMethod::Generated`), not the default.
 //!
 //! A cube walks through its share of the batch (the grid is capped), so the workspace is a fixed
 //! number of n x n slots (or vectors) per cube whatever the batch size. Inputs other than f32
@@ -119,9 +121,9 @@ impl Layout {
         let room = shared.saturating_sub(cap * 4 + MAX_UNITS * 8 + 256) / 8;
         let slab = (1usize << room.max(1).ilog2()).min(cap * 32).max(n);
         let per_cube = slots * n * n * 4;
+        // `count` arrives capped by the caller's grid limit.
         let grid = count
             .min(workspace_budget(client) / per_cube)
-            .min(MAX_GRID)
             .min(props.hardware.max_cube_count.0 as usize)
             .max(1);
         Self {

@@ -465,7 +465,8 @@ pub(crate) const GENERATED_MAX_STEPS: usize = 1 << 16;
 /// takes every finite generator up to [`GENERATED_MAX_STEPS`] steps. Non-finite generators,
 /// and any beyond that, give NaN rows.
 ///
-/// `ccap` (>= M) and `vcap` (>= n) are compile-time, with the workgroup size; n <= [`STAGED_N`].
+/// `acap` (>= n `odd_stride(n)`), `ccap` (>= M) and `vcap` (>= n) are compile-time, with the
+/// workgroup size; n <= [`STAGED_N`].
 #[cube(launch)]
 pub(crate) fn generated_taylor_kernel(
     c: &Tensor<f32>,
@@ -478,6 +479,7 @@ pub(crate) fn generated_taylor_kernel(
     m_max: u32,
     shift: u32,
     tol: f32,
+    #[comptime] acap: usize,
     #[comptime] ccap: usize,
     #[comptime] vcap: usize,
 ) {
@@ -490,7 +492,7 @@ pub(crate) fn generated_taylor_kernel(
     let tid = UNIT_POS as usize;
     let units = CUBE_DIM as usize;
     let stride = odd_stride(n);
-    let mut sa = SharedMemory::<f32>::new(STAGED_FLOATS);
+    let mut sa = SharedMemory::<f32>::new(acap);
     let mut vals = SharedMemory::<f32>::new(ccap);
     let mut used = SharedMemory::<u32>::new(ccap);
     let mut nnz = SharedMemory::<u32>::new(1usize);
@@ -504,12 +506,20 @@ pub(crate) fn generated_taylor_kernel(
     while p < count {
         let row = p / blocks;
         let block = p % blocks;
+        // The row's coefficients are read by all units (coalesced), then compacted in place by
+        // one (k <= j, so nothing is overwritten before it is read).
+        let mut j = tid;
+        while j < coeffs {
+            vals[j] = c[row * coeffs + j];
+            j += units;
+        }
+        sync_cube();
         if tid == 0 {
             // Zero is told by the bits, so NaN and Inf coefficients are kept whatever a shader
             // compiler assumes about NaN; -0 is skipped.
             let mut k = 0usize;
             for j in 0..coeffs {
-                let cj = c[row * coeffs + j];
+                let cj = vals[j];
                 if (u32::reinterpret(cj) & 0x7fff_ffffu32) != 0u32 {
                     vals[k] = cj;
                     used[k] = j as u32;

@@ -18,6 +18,10 @@ fn vec_tensor<BK: Backend>(data: &[f64], n: usize, dtype: DType) -> Tensor<BK, 2
     .reshape([data.len() / n, n])
 }
 
+fn frobenius(x: &[f64]) -> f64 {
+    x.iter().map(|e| e * e).sum::<f64>().sqrt()
+}
+
 fn reference(a: &[f64], v: &[f64], n: usize) -> Vec<f64> {
     let count = v.len() / n;
     let mut out = Vec::with_capacity(v.len());
@@ -329,7 +333,7 @@ fn f32_expmv_takes_the_gpu_kernels_on_cubecl_backends() {
 /// `expmv_generated` equals exp(A) v of the generators A_p = sum_m c[r, m] psi[m, k], formed on
 /// the host in f64: on the GPU backends (untracked) inside the kernel, with sparse coefficients,
 /// an all-zero row (A = 0), a NaN coefficient (NaN rows for all the row's blocks), mixed norms,
-/// n up to 64 and n = 80 (past the kernel: formed by a matmul). Tracked, it records the matmul
+/// n up to 64, more problems than the grid, and n = 80 (past the kernel: formed by a matmul). Tracked, it records the matmul
 /// and `expmv`: the same values, and a gradient reaches c.
 #[test]
 fn expmv_generated_equals_expmv_of_the_formed_generators() {
@@ -337,24 +341,30 @@ fn expmv_generated_equals_expmv_of_the_formed_generators() {
     use vlgo_core::expmv_generated;
     let mut r = rng(38);
     let round = |x: f64| x as f32 as f64;
-    // (n, blocks S, generators M, rows R)
-    for (n, s, m, rows) in [
-        (2, 3, 5, 40),
-        (5, 2, 7, 12),
-        (16, 1, 40, 8),
-        (64, 2, 3, 5),
-        (80, 1, 2, 3),
+    // (n, blocks S, generators M, rows R, scale of the coefficients)
+    for (n, s, m, rows, scale) in [
+        (2, 3, 5, 40, 1.0),
+        (5, 2, 7, 12, 1.0),
+        (16, 1, 40, 8, 1.0),
+        (64, 2, 3, 5, 1.0),
+        // More problems than the kernel's grid (65 535 cubes): cubes walk over several. The
+        // tracked path's `expmv` takes many dense routes here; its interpreter's grid once
+        // left each cube about 260 of them, past software Vulkan's loop budget (docs/expm.md).
+        (2, 2, 1, 33_000, 1.0),
+        (80, 1, 2, 3, 1.0),
     ] {
         let psi: Vec<f64> = (0..m * s * n * n)
             .map(|_| round(gaussian(&mut r) / n as f64))
             .collect();
-        let norms = [0.05, 0.6, 4.0, 12.0, 30.0];
+        // Coefficient scales per row; the draws are clamped to 2.5 sigma so that exp(A) stays
+        // within f32's range.
+        let norms = [0.05, 0.6, 4.0, 12.0, 20.0];
         let mut c: Vec<f64> = (0..rows * m)
             .map(|i| {
                 let keep = r.random::<f64>() < 0.5 || m == 1;
-                let scale = norms[(i / m) % norms.len()] / (m as f64).sqrt();
+                let scale = scale * norms[(i / m) % norms.len()] / (m as f64).sqrt();
                 if keep {
-                    round(gaussian(&mut r) * scale)
+                    round(gaussian(&mut r).clamp(-2.5, 2.5) * scale)
                 } else {
                     0.0
                 }
@@ -415,12 +425,21 @@ fn expmv_generated_equals_expmv_of_the_formed_generators() {
                     })
                     .collect();
                 let want = reference(&a, &v[out.clone()], n);
+                // Normwise, relative to ||exp(A)|| ||v||: with a large norm exp(A) v can cancel
+                // far below that (a v along a decaying direction), and no f32 method resolves
+                // the small result to its own size.
+                let size = frobenius(&reference_expm(&a, n)) * frobenius(&v[out.clone()]);
                 let bar = (10.0 * (1.0 + two_norm(&a, n)) * U32 * 4.0).max(1e-6);
                 let what = format!("n {n} problem {p} (norm {:.3})", one_norm(&a, n));
-                let err = rel_frobenius_host(&y[out.clone()], &want);
-                assert!(err <= bar, "{what}: fused {err:.3e} > {bar:.3e}");
-                let err = rel_frobenius_host(&y_ad[out.clone()], &want);
-                assert!(err <= bar, "{what}: tracked {err:.3e} > {bar:.3e}");
+                for (path, got) in [("fused", &y), ("tracked", &y_ad)] {
+                    let diff: Vec<f64> = got[out.clone()]
+                        .iter()
+                        .zip(&want)
+                        .map(|(x, w)| x - w)
+                        .collect();
+                    let err = frobenius(&diff) / size.max(f64::MIN_POSITIVE);
+                    assert!(err <= bar, "{what}: {path} {err:.3e} > {bar:.3e}");
+                }
                 if row == 1 {
                     assert_eq!(y[out.clone()], v[out], "n {n}: A = 0 moves nothing");
                 }

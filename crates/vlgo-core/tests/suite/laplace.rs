@@ -4,7 +4,8 @@
 use burn::prelude::*;
 use vlgo_core::{
     FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams, Threshold, ThresholdVariant,
-    WarmupBlend, best_of_j, best_of_j_seeded, kl_divergence, sample, warmup_prior,
+    TransportMethod, WarmupBlend, best_of_j, best_of_j_seeded, best_of_j_with, kl_divergence,
+    sample, warmup_prior,
 };
 
 use crate::common::*;
@@ -255,6 +256,35 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
     let seeded =
         best_of_j_seeded(&ops, &params, z0.clone(), z1.clone(), &th, &streams, 0, j).unwrap();
     assert_eq!(seeded.winner, best.winner);
+    // Candidates transported with their generators formed in the kernel (on GPU backends) pick
+    // the same winners.
+    let generated = best_of_j_with(
+        &ops,
+        &params,
+        z0.clone(),
+        z1.clone(),
+        &th,
+        draws.clone(),
+        TransportMethod::Generated,
+    )
+    .unwrap();
+    assert_eq!(generated.winner, best.winner);
+    let (e1, e2) = (to_f64(best.error.clone()), to_f64(generated.error));
+    assert!(rel_frobenius_host(&e1, &e2) < 1e-4, "{e1:?} vs {e2:?}");
+    // A first candidate whose transport is NaN never wins.
+    let nan = Tensor::<AD, 2>::full([n, m], f64::NAN, &device);
+    let with_nan = best_of_j(
+        &ops,
+        &params,
+        z0.clone(),
+        z1.clone(),
+        &th,
+        std::iter::once(nan).chain(draws.clone()),
+    )
+    .unwrap();
+    let shifted: Vec<usize> = best.winner.iter().map(|w| w + 1).collect();
+    assert_eq!(with_nan.winner, shifted);
+    assert_eq!(to_f64(with_nan.error), e1);
     // Gradient: equal to that of the winner re-formed alone.
     let g = best.coefficients.clone().sum().backward();
     let gl_best = to_f64(ls.grad(&g).unwrap());
