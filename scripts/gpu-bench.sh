@@ -3,22 +3,29 @@
 #   our kernels at [4096, 64, 64] with the tensor-op path beside them, at [81920, 64, 64]
 #   (best-of-20 at batch 512 with 8 blocks), best-of-100 at batch 512 / M = 128 / 8 blocks with
 #   both transport methods, then PyTorch's matrix_exp on the same card where torch is installed.
-# Usage: scripts/gpu-bench.sh [path to pytorch_anchors.py]   (run from anywhere in the project)
-set -euo pipefail
+#   A run that fails is reported and the others still run.
+# Usage: scripts/gpu-bench.sh [path to pytorch_anchors.py]
+set -uo pipefail
+anchors="$(realpath -m "${1:-$(dirname "$0")/../../shared/tools/pytorch_anchors.py}")"
 cd "$(dirname "$0")/.."
-anchors="${1:-../shared/tools/pytorch_anchors.py}"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 # Build once, so that each timed run below starts at once.
-cargo bench -p vlgo-core --bench gpu --features cuda --no-run
-bench() { cargo bench -q -p vlgo-core --bench gpu --features cuda -- --only cuda "$@"; }
+cargo bench -p vlgo-core --bench gpu --features cuda --no-run || exit 1
+failed=0
+run() {
+  echo "== $*"
+  "$@" || { echo "== failed (exit $?): $*"; failed=1; }
+}
+bench() { run cargo bench -q -p vlgo-core --bench gpu --features cuda -- --only cuda "$@"; }
 bench --tensor-ops
 bench --matrices 81920 --reps 3
 bench --best-of 100 --reps 3
 
 if [ -f "$anchors" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  python3 "$anchors" --only expm --device cuda --matrices 4096
-  python3 "$anchors" --only expm --device cuda --matrices 81920 --reps 3
+  run python3 "$anchors" --only expm --device cuda --matrices 4096
+  run python3 "$anchors" --only expm --device cuda --matrices 81920 --reps 3
 else
   echo "PyTorch anchors skipped: no $anchors, or no torch with CUDA"
 fi
+exit "$failed"

@@ -9,10 +9,11 @@
 //! nearest figure to a peak that the runtime offers. `--matrices 81920` is the best-of-20 shape
 //! at batch 512 with 8 blocks.
 //!
-//! `--best-of J` runs best-of-J sampling instead (`vlgo_core::best_of_j_seeded`) at batch 512
-//! with M = 128 generators of 8 blocks of 64 x 64 on d = 512 features: seconds for the J
-//! candidates and, on `cuda`, the pool's reservation afterwards (the acceptance check is J = 100
-//! within one card's memory), once with the candidates' generators formed by a matmul
+//! `--best-of J` runs best-of-J sampling instead (`vlgo_core::best_of_j_with`, with the draws of
+//! `best_of_j_seeded`) at batch 512 with M = 128 generators of 8 blocks of 64 x 64 on d = 512
+//! features: seconds for the J candidates and, on `cuda`, the pool's reservation afterwards (the
+//! acceptance check is J = 100 within one card's memory), once with the candidates' generators
+//! formed by a matmul
 //! (`TransportMethod::Expmv`, the default) and once formed inside the kernel
 //! (`TransportMethod::Generated`); then one candidate's transport both ways, for dense and
 //! half-zero coefficients.

@@ -9,8 +9,7 @@ use crate::laplace::{LaplaceParams, Threshold, sample};
 use crate::operators::{LieOperators, TransportMethod};
 use crate::rng::NoiseStreams;
 
-/// Entries of the largest tensor of one stacked transport (the generators, candidates x N x S x
-/// b x b, or with generators formed in the kernel the features and coefficients): small
+/// Generator entries (candidates x N x S x b x b) evaluated in one stacked transport: small
 /// problems evaluate all J candidates at once (a few large tensor ops instead of many small
 /// ones), large ones one at a time, so memory stays bounded whatever J is.
 const CANDIDATE_BUDGET: usize = 1 << 22;
@@ -58,8 +57,8 @@ pub fn best_of_j<B: ExpmBackend>(
 
 /// [`best_of_j`] with the candidates' transport method. With
 /// [`TransportMethod::Generated`] the GPU backends form each candidate's generators inside the
-/// kernel, so no candidate generator is ever stored, and a chunk is bounded by its vectors
-/// (2^22 entries of features and coefficients) instead of its generators.
+/// kernel, so no candidate generator is ever stored (the chunks are sized as for the other
+/// methods, which form them).
 pub fn best_of_j_with<B: ExpmBackend>(
     operators: &LieOperators<B>,
     params: &LaplaceParams<B>,
@@ -82,11 +81,9 @@ pub fn best_of_j_with<B: ExpmBackend>(
     let fixed = params.detach();
     let (z0d, z1d) = (z0.detach(), z1.detach());
     let (s, b) = operators.blocks();
-    let per_candidate = match method {
-        TransportMethod::Generated => n * (z0d.dims()[1] + m),
-        TransportMethod::Expmv | TransportMethod::Expm => n * s * b * b,
-    };
-    let chunk = (CANDIDATE_BUDGET / per_candidate.max(1)).max(1);
+    // Sized by the generators whatever the method: `Generated` forms them too wherever the
+    // backend has no kernel for it (the CPU backends, large blocks, small shared memory).
+    let chunk = (CANDIDATE_BUDGET / (n * s * b * b).max(1)).max(1);
     let mut draws = draws.into_iter();
     let mut best: Option<(Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1>)> = None;
     let mut first = 0;

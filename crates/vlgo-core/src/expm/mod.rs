@@ -331,9 +331,10 @@ pub fn expmv_with<B: ExpmBackend>(
 /// (best-of-J candidates, sampled augmentations), the GPU backends form each generator inside
 /// their kernel, so the R S generators never exist in device memory; that kernel takes the
 /// Taylor route for every finite generator (no explicit-exponential fallback) and skips zero
-/// coefficients. It reads every used generator entry once per problem, where a matmul reuses
-/// entries across the batch: lean in memory, slower for dense coefficients (`docs/expm.md`). Otherwise the generators are formed with one matmul (and, with a gradient to
-/// take, both ops are recorded). Half-precision inputs compute in f32 and return in c's dtype.
+/// coefficients. Otherwise the generators are formed with one matmul (and, with a gradient to
+/// take, both ops are recorded). The kernel reads every used generator entry once per problem,
+/// where a matmul reuses entries across the batch: lean in memory, slower for dense
+/// coefficients (`docs/expm.md`). Half-precision inputs compute in f32 and return in c's dtype.
 ///
 /// ```
 /// use burn::backend::NdArray;

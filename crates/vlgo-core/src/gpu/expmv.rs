@@ -24,16 +24,17 @@ use crate::expm::{ExpmMethod, ExpmvConfig};
 pub const MAX_VECTOR_N: usize = 512;
 
 /// Workspace of the dense routes' interpreter, which every `expmv` launches (its cubes skip the
-/// other routes). Those routes are the rare large norms, so the grid is what this many bytes of
-/// n x n slots allow: about 200 cubes at n = 64, the device's limit for small n. A large grid
-/// for small n keeps the walk of each cube short: software Vulkan stops a shader's loops after
-/// 65 535 iterations in all (docs/expm.md), which a cube walking hundreds of small dense
-/// matrices passed.
+/// other routes): its grid is what this many bytes of n x n slots allow, at least
+/// [`DENSE_MIN_GRID`] cubes (within the launch's workspace budget), the device's limit for small
+/// n. A large grid for small n keeps the walk of each cube short: software Vulkan stops a
+/// shader's loops after 65 535 iterations in all (docs/expm.md), which a cube walking hundreds of
+/// small dense matrices passed.
 const DENSE_WORKSPACE_BYTES: usize = 32 << 20;
+const DENSE_MIN_GRID: usize = 256;
 
 /// Most cubes of the dense interpreter for `table`'s slots at n.
 fn dense_grid(table: &program::Table, n: usize) -> usize {
-    (DENSE_WORKSPACE_BYTES / (table.slots * n * n * 4).max(1)).max(1)
+    (DENSE_WORKSPACE_BYTES / (table.slots * n * n * 4).max(1)).max(DENSE_MIN_GRID)
 }
 
 /// Most cubes of the Taylor forward (it has no workspace).

@@ -456,8 +456,8 @@ pub(crate) const GENERATED_MAX_STEPS: usize = 1 << 16;
 /// y_p = exp(A_p) v_p for generators formed in the kernel: problem p = r S + k (S = `blocks`)
 /// has A_p = sum_m c[r, m] psi[m, k], with c [R, M], psi [M, S, n, n] and v, y [R S, n].
 ///
-/// A_p exists only in the cube's shared memory: best-of-J evaluates J x N x S such generators,
-/// and none of them is ever written to device memory. The cube gathers the row's non-zero
+/// A_p exists only in the cube's shared memory: best-of-J with `TransportMethod::Generated`
+/// evaluates J x N x S such generators without writing any of them to device memory. The cube gathers the row's non-zero
 /// coefficients first (Laplace samples are sparse after thresholding), so forming A_p reads only
 /// the generators in use. Then, as [`route_kernel`] and [`taylor_kernel`] do, shift mu =
 /// tr(A_p)/n, the cheapest (m, s), and the Taylor steps with early termination; there is no
