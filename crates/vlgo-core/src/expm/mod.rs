@@ -185,6 +185,11 @@ fn promote<B: Backend, const D: usize>(t: Tensor<B, D>, to: Option<FloatDType>) 
     }
 }
 
+/// `t` in `dtype` (a no-op when it already is).
+fn to_dtype<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
+    if t.dtype() == dtype { t } else { t.cast(dtype) }
+}
+
 /// exp(A) for a batch of square matrices [N, n, n], Padé scaling and squaring.
 ///
 /// Panics on a non-square input, like Burn's own ops; [`try_expm`] returns an error instead.
@@ -304,13 +309,8 @@ pub fn expmv_with<B: ExpmBackend>(
     }
     let dtype = a.dtype();
     let promote_to = compute_dtype("expmv", dtype)?;
-    let v_dtype = v.dtype();
     let a = promote(a, promote_to);
-    let v = if v_dtype == a.dtype() {
-        v
-    } else {
-        v.cast(a.dtype())
-    };
+    let v = to_dtype(v, a.dtype());
     if dims[0] == 0 {
         return Ok(v);
     }
@@ -319,7 +319,7 @@ pub fn expmv_with<B: ExpmBackend>(
         v.into_primitive().tensor(),
         *config,
     )));
-    Ok(if y.dtype() == dtype { y } else { y.cast(dtype) })
+    Ok(to_dtype(y, dtype))
 }
 
 /// exp(A_p) v_p for generators given as coefficients over a dictionary: problem p = r S + k has
@@ -376,18 +376,9 @@ pub fn expmv_generated<B: ExpmBackend>(
     let dtype = c.dtype();
     let promote_to = compute_dtype("expmv_generated", dtype)?;
     let c = promote(c, promote_to);
-    let psi = if psi.dtype() == c.dtype() {
-        psi
-    } else {
-        psi.cast(c.dtype())
-    };
-    let v = if v.dtype() == c.dtype() {
-        v
-    } else {
-        v.cast(c.dtype())
-    };
+    let (psi, v) = (to_dtype(psi, c.dtype()), to_dtype(v, c.dtype()));
     if rows == 0 || blocks == 0 {
-        return Ok(if v.dtype() == dtype { v } else { v.cast(dtype) });
+        return Ok(to_dtype(v, dtype));
     }
     let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::expmv_generated(
         c.into_primitive().tensor(),
@@ -395,7 +386,7 @@ pub fn expmv_generated<B: ExpmBackend>(
         v.into_primitive().tensor(),
         *config,
     )));
-    Ok(if y.dtype() == dtype { y } else { y.cast(dtype) })
+    Ok(to_dtype(y, dtype))
 }
 
 /// exp(A) v together with its pullback: the adjoints of A and v for any adjoint of the output,
@@ -433,17 +424,9 @@ pub fn expmv_pullback<B: ExpmBackend>(
     let dtype = a.dtype();
     let promote_to = compute_dtype("expmv_pullback", dtype)?;
     let a = promote(a, promote_to);
-    let v = if v.dtype() == a.dtype() {
-        v
-    } else {
-        v.cast(a.dtype())
-    };
+    let v = to_dtype(v, a.dtype());
     if dims[0] == 0 {
-        let y = if v.dtype() == dtype {
-            v.clone()
-        } else {
-            v.clone().cast(dtype)
-        };
+        let y = to_dtype(v.clone(), dtype);
         let saved = None;
         return Ok((y, ExpmvPullback { a, v, saved, dtype }));
     }
@@ -452,7 +435,7 @@ pub fn expmv_pullback<B: ExpmBackend>(
         v.clone().into_primitive().tensor(),
         *config,
     );
-    let y = if y.dtype() == dtype { y } else { y.cast(dtype) };
+    let y = to_dtype(y, dtype);
     let saved = Some(saved);
     Ok((y, ExpmvPullback { a, v, saved, dtype }))
 }
@@ -480,11 +463,7 @@ impl<B: ExpmBackend> ExpmvPullback<B> {
         let Some(saved) = &self.saved else {
             return Ok((self.a.clone(), self.v.clone()));
         };
-        let grad = if grad.dtype() == self.a.dtype() {
-            grad
-        } else {
-            grad.cast(self.a.dtype())
-        };
+        let grad = to_dtype(grad, self.a.dtype());
         let (abar, vbar) = B::expmv_backward(
             self.a.clone().into_primitive().tensor(),
             self.v.clone().into_primitive().tensor(),
@@ -493,11 +472,7 @@ impl<B: ExpmBackend> ExpmvPullback<B> {
         );
         let abar = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(abar));
         let vbar = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(vbar));
-        Ok(if abar.dtype() == self.dtype {
-            (abar, vbar)
-        } else {
-            (abar.cast(self.dtype), vbar.cast(self.dtype))
-        })
+        Ok((to_dtype(abar, self.dtype), to_dtype(vbar, self.dtype)))
     }
 }
 

@@ -350,6 +350,52 @@ fn taylor_step(
     used
 }
 
+/// x <- exp(A) x by `steps` outer Taylor steps of degree m with shift mu (the forward of the
+/// Taylor route; `steps` as a float is s). x must be loaded and the cube synchronised.
+#[cube]
+fn taylor_forward(
+    a: &Tensor<f32>,
+    sa: &SharedMemory<f32>,
+    src: usize,
+    x: &mut SharedMemory<f32>,
+    t: &mut SharedMemory<f32>,
+    f: &mut SharedMemory<f32>,
+    r: &mut SharedMemory<f32>,
+    q: &mut SharedMemory<f32>,
+    m: usize,
+    steps: f32,
+    mu: f32,
+    tol: f32,
+    n: usize,
+    #[comptime] staged: bool,
+) {
+    let inv_s = f32::new(1.0) / steps;
+    let eta = (mu * inv_s).exp();
+    let mut unused = Array::<f32>::new(1usize);
+    for _ in 0..u32::cast_from(steps) as usize {
+        taylor_step(
+            a,
+            sa,
+            src,
+            x,
+            t,
+            f,
+            r,
+            q,
+            &mut unused,
+            0,
+            m,
+            mu,
+            inv_s,
+            tol,
+            n,
+            staged,
+            false,
+        );
+        next_input(x, f, eta, n);
+    }
+}
+
 /// x[i] = eta f[i] for the unit's entries, then the cube synchronises: the next step's input.
 #[cube]
 fn next_input(x: &mut SharedMemory<f32>, f: &SharedMemory<f32>, eta: f32, n: usize) {
@@ -388,7 +434,6 @@ pub(crate) fn taylor_kernel(
     let mut f = SharedMemory::<f32>::new(vcap);
     let mut r = SharedMemory::<f32>::new(MAX_UNITS);
     let mut q = SharedMemory::<f32>::new(MAX_UNITS);
-    let mut unused = Array::<f32>::new(1usize);
     let mut mat = CUBE_POS;
     while mat < count {
         let at = mat * ROUTE_STRIDE;
@@ -396,10 +441,6 @@ pub(crate) fn taylor_kernel(
         let kind = routes[at];
         if is_kind(kind, ROUTE_TAYLOR) {
             let m = u32::cast_from(routes[at + 1]) as usize;
-            let steps = u32::cast_from(routes[at + 2]) as usize;
-            let mu = routes[at + 3];
-            let inv_s = f32::new(1.0) / routes[at + 2];
-            let eta = (mu * inv_s).exp();
             if comptime!(staged) {
                 stage(a, src, &mut sa, n);
             }
@@ -409,28 +450,22 @@ pub(crate) fn taylor_kernel(
                 i += units;
             }
             sync_cube();
-            for _ in 0..steps {
-                taylor_step(
-                    a,
-                    &sa,
-                    src,
-                    &mut x,
-                    &mut t,
-                    &mut f,
-                    &mut r,
-                    &mut q,
-                    &mut unused,
-                    0,
-                    m,
-                    mu,
-                    inv_s,
-                    tol,
-                    n,
-                    staged,
-                    false,
-                );
-                next_input(&mut x, &f, eta, n);
-            }
+            taylor_forward(
+                a,
+                &sa,
+                src,
+                &mut x,
+                &mut t,
+                &mut f,
+                &mut r,
+                &mut q,
+                m,
+                routes[at + 2],
+                routes[at + 3],
+                tol,
+                n,
+                staged,
+            );
             let mut i = tid;
             while i < n {
                 y[mat * n + i] = x[i];
@@ -501,7 +536,6 @@ pub(crate) fn generated_taylor_kernel(
     let mut f = SharedMemory::<f32>::new(vcap);
     let mut r = SharedMemory::<f32>::new(MAX_UNITS);
     let mut q = SharedMemory::<f32>::new(MAX_UNITS);
-    let mut unused = Array::<f32>::new(1usize);
     let mut p = CUBE_POS;
     while p < count {
         let row = p / blocks;
@@ -584,30 +618,22 @@ pub(crate) fn generated_taylor_kernel(
         // Every unit has read r[0] before the steps write r again.
         sync_cube();
         if m > f32::new(0.0) && steps <= f32::cast_from(GENERATED_MAX_STEPS as u32) {
-            let inv_s = f32::new(1.0) / steps;
-            let eta = (mu * inv_s).exp();
-            for _ in 0..u32::cast_from(steps) as usize {
-                taylor_step(
-                    psi,
-                    &sa,
-                    0usize,
-                    &mut x,
-                    &mut t,
-                    &mut f,
-                    &mut r,
-                    &mut q,
-                    &mut unused,
-                    0,
-                    u32::cast_from(m) as usize,
-                    mu,
-                    inv_s,
-                    tol,
-                    n,
-                    true,
-                    false,
-                );
-                next_input(&mut x, &f, eta, n);
-            }
+            taylor_forward(
+                psi,
+                &sa,
+                0usize,
+                &mut x,
+                &mut t,
+                &mut f,
+                &mut r,
+                &mut q,
+                u32::cast_from(m) as usize,
+                steps,
+                mu,
+                tol,
+                n,
+                true,
+            );
             let mut i = tid;
             while i < n {
                 y[p * n + i] = x[i];
