@@ -163,23 +163,30 @@ pub fn expmv<R: CubeRuntime>(
     route(&a, &routes, &layout, config);
     let table = program::forward_table(ExpmMethod::Pade);
     let l = Launch::new(a.clone(), table, false, dense_grid(table, n));
-    kernels::expmv_dense_kernel::launch::<R>(
-        &a.client,
-        l.layout.cube_count(),
-        l.layout.cube_dim(),
-        a.clone().into_tensor_arg(),
-        v.clone().into_tensor_arg(),
-        routes.clone().into_array_arg(),
-        l.plan.into_array_arg(),
-        l.ops.into_array_arg(),
-        l.vals.into_array_arg(),
-        y.clone().into_tensor_arg(),
-        l.work.into_array_arg(),
-        n as u32,
-        l.slots,
-        l.layout.slab,
-        l.layout.cap,
-    );
+    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
+    // the batch, slots below the table's count, shared arrays within their compile-time sizes
+    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
+    // unchecked launch drops the bounds checks of the product's inner loop.
+    unsafe {
+        kernels::expmv_dense_kernel::launch_unchecked::<R>(
+            &a.client,
+            l.layout.cube_count(),
+            l.layout.cube_dim(),
+            a.clone().into_tensor_arg(),
+            v.clone().into_tensor_arg(),
+            routes.clone().into_array_arg(),
+            l.plan.into_array_arg(),
+            l.ops.into_array_arg(),
+            l.vals.into_array_arg(),
+            y.clone().into_tensor_arg(),
+            l.work.into_array_arg(),
+            n as u32,
+            l.slots,
+            l.layout.slab,
+            l.layout.cap,
+            l.layout.resident,
+        );
+    }
     taylor::taylor_kernel::launch::<R>(
         &a.client,
         layout.cube_count(),
@@ -218,24 +225,31 @@ pub fn expmv_backward<R: CubeRuntime>(
     }
     let table = program::frechet_table();
     let l = Launch::new(a.clone(), table, true, dense_grid(table, n));
-    kernels::expmv_dense_backward_kernel::launch::<R>(
-        &a.client,
-        l.layout.cube_count(),
-        l.layout.cube_dim(),
-        a.clone().into_tensor_arg(),
-        v.clone().into_tensor_arg(),
-        grad.clone().into_tensor_arg(),
-        routes.clone().into_array_arg(),
-        l.plan.into_array_arg(),
-        l.ops.into_array_arg(),
-        l.vals.into_array_arg(),
-        out.clone().into_tensor_arg(),
-        l.work.into_array_arg(),
-        n as u32,
-        l.slots,
-        l.layout.slab,
-        l.layout.cap,
-    );
+    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
+    // the batch, slots below the table's count, shared arrays within their compile-time sizes
+    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
+    // unchecked launch drops the bounds checks of the product's inner loop.
+    unsafe {
+        kernels::expmv_dense_backward_kernel::launch_unchecked::<R>(
+            &a.client,
+            l.layout.cube_count(),
+            l.layout.cube_dim(),
+            a.clone().into_tensor_arg(),
+            v.clone().into_tensor_arg(),
+            grad.clone().into_tensor_arg(),
+            routes.clone().into_array_arg(),
+            l.plan.into_array_arg(),
+            l.ops.into_array_arg(),
+            l.vals.into_array_arg(),
+            out.clone().into_tensor_arg(),
+            l.work.into_array_arg(),
+            n as u32,
+            l.slots,
+            l.layout.slab,
+            l.layout.cap,
+            l.layout.resident,
+        );
+    }
     let m_max = config.m_max.clamp(1, INV_THETA_F32.len());
     let per_cube = (2 * CHECKPOINTS + 2 * m_max) * n;
     let layout = TaylorLayout::new(&a.client, n, count, per_cube);

@@ -147,7 +147,7 @@ pub(crate) fn plan_kernel(
 fn load_scaled(
     src: &Tensor<f32>,
     offset: usize,
-    work: &mut Array<f32>,
+    work: &mut Slice<f32, ReadWrite>,
     dst: usize,
     scale: f32,
     n: usize,
@@ -167,7 +167,7 @@ fn load_scaled(
 
 /// out[offset..] = work[src..].
 #[cube]
-fn store(work: &Array<f32>, src: usize, out: &mut Tensor<f32>, offset: usize, n: usize) {
+fn store(work: &Slice<f32, ReadWrite>, src: usize, out: &mut Tensor<f32>, offset: usize, n: usize) {
     let mut e = UNIT_POS as usize;
     while e < n * n {
         out[offset + e] = work[src + e];
@@ -190,7 +190,7 @@ fn fill(out: &mut Tensor<f32>, offset: usize, value: f32, n: usize) {
 /// every unit reads and writes the same entries).
 #[cube]
 fn combine(
-    work: &mut Array<f32>,
+    work: &mut Slice<f32, ReadWrite>,
     dst: usize,
     eye: f32,
     o1: usize,
@@ -205,13 +205,27 @@ fn combine(
     c5: f32,
     n: usize,
 ) {
+    // Padding terms (coefficient 0, on the always finite slot 0) are skipped: the
+    // coefficients are the same for the whole cube, so the branches are uniform, and each
+    // skipped term saves a read of n^2 entries.
     let mut e = UNIT_POS as usize;
     while e < n * n {
-        let mut v = c1 * work[o1 + e]
-            + c2 * work[o2 + e]
-            + c3 * work[o3 + e]
-            + c4 * work[o4 + e]
-            + c5 * work[o5 + e];
+        let mut v = f32::new(0.0);
+        if c1 != f32::new(0.0) {
+            v += c1 * work[o1 + e];
+        }
+        if c2 != f32::new(0.0) {
+            v += c2 * work[o2 + e];
+        }
+        if c3 != f32::new(0.0) {
+            v += c3 * work[o3 + e];
+        }
+        if c4 != f32::new(0.0) {
+            v += c4 * work[o4 + e];
+        }
+        if c5 != f32::new(0.0) {
+            v += c5 * work[o5 + e];
+        }
         if e / n == e % n {
             v += eye;
         }
@@ -223,12 +237,15 @@ fn combine(
 
 /// work[c] = work[a] work[b], or += when `accumulate` is 1; `c` must differ from `a` and `b`.
 ///
-/// Tiles of 4x4 outputs per unit, several rounds when the matrix has more tiles than the cube
-/// has units; the k-loop is split into `tk`-wide slabs of A's columns and B's rows in shared
-/// memory (n tk floats each).
+/// 4 x 4 outputs per unit (rows i0..i0+4, columns j0, j0 + nt, .. j0 + 3 nt with nt = n/4
+/// rounded up: neighbouring units read neighbouring columns of B, which shared memory serves
+/// without bank conflicts), several rounds when the matrix has more tiles than the cube has
+/// units. With `staged` (slots in device memory) the k-loop is split into `tk`-wide slabs
+/// of A's columns and B's rows copied to shared memory (n tk floats each); slots that already
+/// lie in shared memory are read in place, with no copy and no barrier inside the product.
 #[cube]
 fn matmul(
-    work: &mut Array<f32>,
+    work: &mut Slice<f32, ReadWrite>,
     a: usize,
     b: usize,
     c: usize,
@@ -237,64 +254,110 @@ fn matmul(
     sb: &mut SharedMemory<f32>,
     n: usize,
     tk: usize,
+    #[comptime] staged: bool,
 ) {
     let tid = UNIT_POS as usize;
     let units = CUBE_DIM as usize;
     let nt = n.div_ceil(4);
     let tiles = nt * nt;
     let rounds = tiles.div_ceil(units);
-    let slabs = n.div_ceil(tk);
     for round in 0..rounds {
         let tile = round * units + tid;
         let active = tile < tiles;
         let i0 = (tile / nt) * 4;
-        let j0 = (tile % nt) * 4;
+        let j0 = tile % nt;
         let mut acc = Array::<f32>::new(16usize);
         #[unroll]
         for r in 0..16usize {
             acc[r] = f32::new(0.0);
         }
-        for slab in 0..slabs {
-            let k0 = slab * tk;
-            let mut e = tid;
-            while e < n * tk {
-                let i = e / tk;
-                let k = k0 + e % tk;
-                let mut va = f32::new(0.0);
-                if k < n {
-                    va = work[a + i * n + k];
+        if comptime!(staged) {
+            let slabs = n.div_ceil(tk);
+            for slab in 0..slabs {
+                let k0 = slab * tk;
+                let mut e = tid;
+                while e < n * tk {
+                    let i = e / tk;
+                    let k = k0 + e % tk;
+                    let mut va = f32::new(0.0);
+                    if k < n {
+                        va = work[a + i * n + k];
+                    }
+                    sa[e] = va;
+                    let kb = k0 + e / n;
+                    let mut vb = f32::new(0.0);
+                    if kb < n {
+                        vb = work[b + kb * n + e % n];
+                    }
+                    sb[e] = vb;
+                    e += units;
                 }
-                sa[e] = va;
-                let kb = k0 + e / n;
-                let mut vb = f32::new(0.0);
-                if kb < n {
-                    vb = work[b + kb * n + e % n];
+                sync_cube();
+                if active {
+                    for kk in 0..tk {
+                        let mut av = Array::<f32>::new(4usize);
+                        let mut bv = Array::<f32>::new(4usize);
+                        #[unroll]
+                        for r in 0..4usize {
+                            let row = min(i0 + r, n - 1);
+                            av[r] = sa[row * tk + kk];
+                            let col = min(j0 + r * nt, n - 1);
+                            bv[r] = sb[kk * n + col];
+                        }
+                        fma_tile(&mut acc, &av, &bv);
+                    }
                 }
-                sb[e] = vb;
-                e += units;
+                sync_cube();
             }
-            sync_cube();
-            if active {
-                for kk in 0..tk {
-                    let mut av = Array::<f32>::new(4usize);
-                    let mut bv = Array::<f32>::new(4usize);
+        } else if active {
+            // Row starts of A and columns of B, clamped at the edge (those outputs are dropped).
+            let mut ra = Array::<usize>::new(4usize);
+            let mut cb = Array::<usize>::new(4usize);
+            #[unroll]
+            for r in 0..4usize {
+                ra[r] = a + min(i0 + r, n - 1) * n;
+                cb[r] = b + min(j0 + r * nt, n - 1);
+            }
+            // Four k at a time: the 32 reads are issued before the 64 multiply-adds that need
+            // them, so a cube's few warps (one or two cubes fill a multiprocessor's shared
+            // memory) wait once per four k instead of once per k.
+            let mut k = 0usize;
+            while k + 4 <= n {
+                let mut av = Array::<f32>::new(16usize);
+                let mut bv = Array::<f32>::new(16usize);
+                #[unroll]
+                for u in 0..4usize {
+                    let kn = (k + u) * n;
                     #[unroll]
                     for r in 0..4usize {
-                        let row = min(i0 + r, n - 1);
-                        av[r] = sa[row * tk + kk];
-                        let col = min(j0 + r, n - 1);
-                        bv[r] = sb[kk * n + col];
+                        av[u * 4 + r] = work[ra[r] + k + u];
+                        bv[u * 4 + r] = work[cb[r] + kn];
                     }
+                }
+                #[unroll]
+                for u in 0..4usize {
                     #[unroll]
                     for r in 0..4usize {
                         #[unroll]
                         for q in 0..4usize {
-                            acc[r * 4 + q] += av[r] * bv[q];
+                            acc[r * 4 + q] += av[u * 4 + r] * bv[u * 4 + q];
                         }
                     }
                 }
+                k += 4;
             }
-            sync_cube();
+            while k < n {
+                let mut av = Array::<f32>::new(4usize);
+                let mut bv = Array::<f32>::new(4usize);
+                let kn = k * n;
+                #[unroll]
+                for r in 0..4usize {
+                    av[r] = work[ra[r] + k];
+                    bv[r] = work[cb[r] + kn];
+                }
+                fma_tile(&mut acc, &av, &bv);
+                k += 1;
+            }
         }
         if active {
             #[unroll]
@@ -302,11 +365,12 @@ fn matmul(
                 #[unroll]
                 for q in 0..4usize {
                     let i = i0 + r;
-                    let j = j0 + q;
+                    let j = j0 + q * nt;
                     if i < n && j < n {
                         let at = c + i * n + j;
                         if accumulate == 1u32 {
-                            work[at] += acc[r * 4 + q];
+                            // (`+=` does not expand on a slice index.)
+                            work[at] = work[at] + acc[r * 4 + q];
                         } else {
                             work[at] = acc[r * 4 + q];
                         }
@@ -318,6 +382,18 @@ fn matmul(
     barrier();
 }
 
+/// acc (4 x 4, row-major) += av bv^T.
+#[cube]
+fn fma_tile(acc: &mut Array<f32>, av: &Array<f32>, bv: &Array<f32>) {
+    #[unroll]
+    for r in 0..4usize {
+        #[unroll]
+        for q in 0..4usize {
+            acc[r * 4 + q] += av[r] * bv[q];
+        }
+    }
+}
+
 /// Gauss-Jordan elimination with partial pivoting: work[p] <- work[q]^{-1} work[p].
 ///
 /// `fac` holds the n multipliers of a step; `mag` and `arg` (one entry per unit) the pivot
@@ -325,7 +401,7 @@ fn matmul(
 /// scan). q_m(X) is well conditioned for ||X||_1 <= theta_m, but the pivoting stays (`expm.md`).
 #[cube]
 fn gauss_jordan(
-    work: &mut Array<f32>,
+    work: &mut Slice<f32, ReadWrite>,
     q: usize,
     p: usize,
     fac: &mut SharedMemory<f32>,
@@ -400,11 +476,13 @@ fn gauss_jordan(
                 let f = fac[i];
                 if j < n {
                     if j > k {
-                        work[q + i * n + j] -= f * work[q + k * n + j];
+                        let at = q + i * n + j;
+                        work[at] = work[at] - f * work[q + k * n + j];
                     }
                 } else {
                     let jj = j - n;
-                    work[p + i * n + jj] -= f * work[p + k * n + jj];
+                    let at = p + i * n + jj;
+                    work[at] = work[at] - f * work[p + k * n + jj];
                 }
             }
             e += units;
@@ -435,7 +513,7 @@ fn load_outer(
     g: &Tensor<f32>,
     v: &Tensor<f32>,
     offset: usize,
-    work: &mut Array<f32>,
+    work: &mut Slice<f32, ReadWrite>,
     dst: usize,
     scale: f32,
     n: usize,
@@ -451,7 +529,7 @@ fn load_outer(
 /// out[offset + i] = sum_k work[src + i n + k] x[at + k].
 #[cube]
 fn store_matvec(
-    work: &Array<f32>,
+    work: &Slice<f32, ReadWrite>,
     src: usize,
     x: &Tensor<f32>,
     at: usize,
@@ -495,6 +573,7 @@ fn run(
     slots: u32,
     #[comptime] slab: usize,
     #[comptime] cap: usize,
+    #[comptime] resident: usize,
     #[comptime] mode: u32,
 ) {
     let frechet = comptime!(mode == MODE_FRECHET || mode == MODE_DENSE_BACKWARD);
@@ -503,13 +582,23 @@ fn run(
     let nn = n * n;
     let count = a.len() / nn;
     let slots = slots as usize;
-    let base = CUBE_POS * slots * nn;
+    // The cube's slots: in shared memory when they fit (`resident` floats), else its share of
+    // the workspace in device memory, read by the products through k-slabs.
+    let staged = comptime!(resident == 0);
+    let mut shared_slots = SharedMemory::<f32>::new(comptime!(resident.max(1)));
+    let mut slot_view = if comptime!(staged) {
+        let base = CUBE_POS * slots * nn;
+        work.slice_mut(base, base + slots * nn)
+    } else {
+        shared_slots.to_slice_mut()
+    };
     let tk = min(slab / n, MAX_TK);
-    let mut sa = SharedMemory::<f32>::new(slab);
-    let mut sb = SharedMemory::<f32>::new(slab);
-    let mut fac = SharedMemory::<f32>::new(cap);
-    let mut mag = SharedMemory::<f32>::new(MAX_UNITS);
-    let mut arg = SharedMemory::<f32>::new(MAX_UNITS);
+    let mut sa = SharedMemory::<f32>::new(comptime!(slab.max(1)));
+    let mut sb = SharedMemory::<f32>::new(comptime!(slab.max(1)));
+    // The solve's arrays, only where the program has a solve (`cap` > 0).
+    let mut fac = SharedMemory::<f32>::new(comptime!(cap.max(1)));
+    let mut mag = SharedMemory::<f32>::new(comptime!(if cap > 0 { MAX_UNITS } else { 1 }));
+    let mut arg = SharedMemory::<f32>::new(comptime!(if cap > 0 { MAX_UNITS } else { 1 }));
     let per_squaring = comptime!(if frechet { 3usize } else { 1usize });
     let mut mat = CUBE_POS;
     while mat < count {
@@ -523,12 +612,12 @@ fn run(
         }
         if take {
             if comptime!(mode == MODE_DENSE_BACKWARD) {
-                load_scaled(a, mat * nn, work, base, scale, n, true);
-                load_outer(u, v, mat * n, work, base + nn, scale, n);
+                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, true);
+                load_outer(u, v, mat * n, &mut slot_view, nn, scale, n);
             } else {
-                load_scaled(a, mat * nn, work, base, scale, n, frechet);
+                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, frechet);
                 if comptime!(mode == MODE_FRECHET) {
-                    load_scaled(g, mat * nn, work, base + nn, scale, n, false);
+                    load_scaled(g, mat * nn, &mut slot_view, nn, scale, n, false);
                 }
             }
             let entry = degree * ENTRY;
@@ -587,29 +676,40 @@ fn run(
                     }
                 }
                 if kind == KIND_MUL {
-                    let x = base + s1 * nn;
-                    let y = base + s2 * nn;
-                    matmul(work, x, y, base + dst * nn, flag, &mut sa, &mut sb, n, tk);
+                    let x = s1 * nn;
+                    let y = s2 * nn;
+                    matmul(
+                        &mut slot_view,
+                        x,
+                        y,
+                        dst * nn,
+                        flag,
+                        &mut sa,
+                        &mut sb,
+                        n,
+                        tk,
+                        staged,
+                    );
                 } else if kind == KIND_COMBINE {
                     combine(
-                        work,
-                        base + dst * nn,
+                        &mut slot_view,
+                        dst * nn,
                         eye,
-                        base + s1 * nn,
+                        s1 * nn,
                         c1,
-                        base + s2 * nn,
+                        s2 * nn,
                         c2,
-                        base + s3 * nn,
+                        s3 * nn,
                         c3,
-                        base + s4 * nn,
+                        s4 * nn,
                         c4,
-                        base + s5 * nn,
+                        s5 * nn,
                         c5,
                         n,
                     );
                 } else {
-                    let q = base + s1 * nn;
-                    gauss_jordan(work, q, base + dst * nn, &mut fac, &mut mag, &mut arg, n);
+                    let q = s1 * nn;
+                    gauss_jordan(&mut slot_view, q, dst * nn, &mut fac, &mut mag, &mut arg, n);
                 }
                 if step >= len && phase == per_squaring - 1 {
                     let t0 = t;
@@ -623,16 +723,16 @@ fn run(
                 }
             }
             if comptime!(mode == MODE_EXPM) {
-                store(work, base + t * nn, out, mat * nn, n);
+                store(&slot_view, t * nn, out, mat * nn, n);
             } else if comptime!(mode == MODE_FRECHET) {
-                store(work, base + dt * nn, out, mat * nn, n);
+                store(&slot_view, dt * nn, out, mat * nn, n);
             } else if comptime!(mode == MODE_DENSE) {
-                store_matvec(work, base + t * nn, v, mat * n, out, mat * n, n);
+                store_matvec(&slot_view, t * nn, v, mat * n, out, mat * n, n);
             } else {
                 // The slot T holds exp(A^T) = exp(A)^T: vbar = exp(A)^T g is T g.
                 let row = mat * (nn + n);
-                store(work, base + dt * nn, out, row, n);
-                store_matvec(work, base + t * nn, u, mat * n, out, row + nn, n);
+                store(&slot_view, dt * nn, out, row, n);
+                store_matvec(&slot_view, t * nn, u, mat * n, out, row + nn, n);
             }
         } else if comptime!(!vectors) {
             fill(out, mat * nn, scale, n);
@@ -645,7 +745,7 @@ fn run(
 ///
 /// `slab` floats of shared memory per operand slab and `cap` >= n multipliers of the solve are
 /// the only compile-time arguments (with the workgroup size of the launch).
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub(crate) fn expm_kernel(
     a: &Tensor<f32>,
     plan: &Array<f32>,
@@ -657,16 +757,17 @@ pub(crate) fn expm_kernel(
     slots: u32,
     #[comptime] slab: usize,
     #[comptime] cap: usize,
+    #[comptime] resident: usize,
 ) {
     run(
-        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, MODE_EXPM,
+        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, resident, MODE_EXPM,
     );
 }
 
 /// The Fréchet derivative L(A^T, G) of exp, which is the adjoint of A for the upstream
 /// gradient G: forward mode through the Taylor scheme and the squarings at X = 2^-s A^T,
 /// E = 2^-s G (the plan's degree and s come from ||A^T||_1).
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub(crate) fn frechet_kernel(
     a: &Tensor<f32>,
     g: &Tensor<f32>,
@@ -679,6 +780,7 @@ pub(crate) fn frechet_kernel(
     slots: u32,
     #[comptime] slab: usize,
     #[comptime] cap: usize,
+    #[comptime] resident: usize,
 ) {
     run(
         a,
@@ -695,13 +797,14 @@ pub(crate) fn frechet_kernel(
         slots,
         slab,
         cap,
+        resident,
         MODE_FRECHET,
     );
 }
 
 /// exp(A) v for the matrices that `expmv` routes to the explicit exponential (Padé), into
 /// out [N, n]; the Taylor kernel writes the others.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub(crate) fn expmv_dense_kernel(
     a: &Tensor<f32>,
     v: &Tensor<f32>,
@@ -715,15 +818,16 @@ pub(crate) fn expmv_dense_kernel(
     slots: u32,
     #[comptime] slab: usize,
     #[comptime] cap: usize,
+    #[comptime] resident: usize,
 ) {
     run(
-        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, MODE_DENSE,
+        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, resident, MODE_DENSE,
     );
 }
 
 /// The adjoints of the matrices that `expmv` routed to the explicit exponential: per matrix
 /// Abar = L(A^T, g v^T) and vbar = exp(A)^T g into out [N, n * n + n].
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub(crate) fn expmv_dense_backward_kernel(
     a: &Tensor<f32>,
     v: &Tensor<f32>,
@@ -738,6 +842,7 @@ pub(crate) fn expmv_dense_backward_kernel(
     slots: u32,
     #[comptime] slab: usize,
     #[comptime] cap: usize,
+    #[comptime] resident: usize,
 ) {
     run(
         a,
@@ -754,6 +859,7 @@ pub(crate) fn expmv_dense_backward_kernel(
         slots,
         slab,
         cap,
+        resident,
         MODE_DENSE_BACKWARD,
     );
 }

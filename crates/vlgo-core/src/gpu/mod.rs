@@ -62,6 +62,25 @@ const WORKSPACE_BYTES: usize = 256 << 20;
 /// only 16 KiB per workgroup); more would cost resident cubes per multiprocessor.
 const SHARED_BYTES: usize = 48 << 10;
 
+/// Bytes of shared memory kept free beside resident slots (alignment of the shared arrays).
+const SHARED_MARGIN: usize = 512;
+
+/// Environment variable: the most bytes of shared memory a cube may hold its slots in (default
+/// the device's maximum; 0 keeps the slots in device memory). For benchmarks and diagnosis.
+pub const RESIDENT_BYTES_VAR: &str = "VLGO_GPU_RESIDENT_BYTES";
+
+/// Shared memory a cube may hold its slots in: the device's maximum, or less where
+/// [`RESIDENT_BYTES_VAR`] says so (a value that is not a byte count is ignored).
+fn resident_limit(device_max: usize) -> usize {
+    static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let set = *LIMIT.get_or_init(|| {
+        std::env::var(RESIDENT_BYTES_VAR)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    });
+    set.map_or(device_max, |limit| limit.min(device_max))
+}
+
 /// Whether the kernels take this tensor: f32 [N, n, n] with 1 <= n <= [`MAX_N`].
 pub fn accepts<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
     takes::<R>(a.dtype, a.meta.shape())
@@ -91,10 +110,15 @@ fn workspace_budget<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Layout {
     n: usize,
-    /// Floats of each operand's k-slab in shared memory (compile-time in the kernels).
+    /// Floats of each operand's k-slab in shared memory (compile-time in the kernels); 0 where
+    /// the slots are resident.
     slab: usize,
-    /// Room for the solve's multipliers, >= n (compile-time in the kernels).
+    /// Room for the solve's multipliers, >= n (compile-time in the kernels); 0 where the
+    /// programs have no solve.
     cap: usize,
+    /// Floats of shared memory holding the cube's slots (compile-time in the kernels), or 0 for
+    /// slots in the device-memory workspace.
+    resident: usize,
     /// Units per cube (a power of two from 32 to [`MAX_UNITS`]).
     units: usize,
     /// Cubes launched.
@@ -106,7 +130,7 @@ impl Layout {
         client: &ComputeClient<R>,
         n: usize,
         count: usize,
-        slots: usize,
+        table: &Table,
     ) -> Self {
         let props = client.properties();
         let tiles = n.div_ceil(4).pow(2);
@@ -114,13 +138,39 @@ impl Layout {
         let units = tiles.next_power_of_two().clamp(32, max_units(client));
         // Shared-memory sizes are compile-time: every n up to 64 shares them, larger n round up
         // to a power of two. (The workgroup size, 32 to 256 units by n, is part of a shader too.)
-        let cap = n.next_power_of_two().max(64);
+        let cap = if table.solves {
+            n.next_power_of_two().max(64)
+        } else {
+            0
+        };
+        let solve_bytes = if table.solves {
+            cap * 4 + MAX_UNITS * 8
+        } else {
+            0
+        };
+        // Slots in shared memory where they fit: the products then read their operands in
+        // place, and no slot travels through device memory. The size rounds up to a power of
+        // two of n^2 per slot, so that few shaders serve all n.
+        let resident_floats = table.slots * (n * n).next_power_of_two();
+        let resident = if resident_floats * 4 + solve_bytes + SHARED_MARGIN
+            <= resident_limit(props.hardware.max_shared_memory_size)
+        {
+            resident_floats
+        } else {
+            0
+        };
         let shared = props.hardware.max_shared_memory_size.min(SHARED_BYTES);
         // The multipliers and the pivot search's two per-unit arrays share the budget with the
         // two slabs; slabs wider than 32 columns of the largest n gain nothing.
-        let room = shared.saturating_sub(cap * 4 + MAX_UNITS * 8 + 256) / 8;
-        let slab = (1usize << room.max(1).ilog2()).min(cap * 32).max(n);
-        let per_cube = slots * n * n * 4;
+        let room = shared.saturating_sub(cap.max(64) * 4 + MAX_UNITS * 8 + 256) / 8;
+        let slab = if resident > 0 {
+            0
+        } else {
+            (1usize << room.max(1).ilog2())
+                .min(n.next_power_of_two().max(64) * 32)
+                .max(n)
+        };
+        let per_cube = table.slots * n * n * 4;
         // `count` arrives capped by the caller's grid limit.
         let grid = count
             .min(workspace_budget(client) / per_cube)
@@ -130,8 +180,18 @@ impl Layout {
             n,
             slab,
             cap,
+            resident,
             units,
             grid,
+        }
+    }
+
+    /// Floats of the device-memory workspace a launch needs.
+    fn workspace(&self, slots: usize) -> usize {
+        if self.resident > 0 {
+            1
+        } else {
+            self.grid * slots * self.n * self.n
         }
     }
 
@@ -206,11 +266,11 @@ impl<R: CubeRuntime> Launch<R> {
     fn new(a: CubeTensor<R>, table: &Table, rows: bool, max_grid: usize) -> Self {
         let shape = a.meta.shape();
         let (count, n) = (shape[0], shape[1]);
-        let layout = Layout::new(&a.client, n, count.min(max_grid), table.slots);
+        let layout = Layout::new(&a.client, n, count.min(max_grid), table);
         let plan = plan(&a, &layout, count, table, rows);
         let ops = buffer(&a, &table.ops_bytes, DType::U32);
         let vals = buffer(&a, &table.vals_bytes, DType::F32);
-        let work = empty(&a, layout.grid * table.slots * n * n);
+        let work = empty(&a, layout.workspace(table.slots));
         Self {
             a,
             layout,
@@ -236,21 +296,28 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
         return out;
     }
     let l = Launch::new(a, program::forward_table(method), false, MAX_GRID);
-    kernels::expm_kernel::launch::<R>(
-        &l.a.client,
-        l.layout.cube_count(),
-        l.layout.cube_dim(),
-        l.a.clone().into_tensor_arg(),
-        l.plan.into_array_arg(),
-        l.ops.into_array_arg(),
-        l.vals.into_array_arg(),
-        out.clone().into_tensor_arg(),
-        l.work.into_array_arg(),
-        l.layout.n as u32,
-        l.slots,
-        l.layout.slab,
-        l.layout.cap,
-    );
+    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
+    // the batch, slots below the table's count, shared arrays within their compile-time sizes
+    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
+    // unchecked launch drops the bounds checks of the product's inner loop.
+    unsafe {
+        kernels::expm_kernel::launch_unchecked::<R>(
+            &l.a.client,
+            l.layout.cube_count(),
+            l.layout.cube_dim(),
+            l.a.clone().into_tensor_arg(),
+            l.plan.into_array_arg(),
+            l.ops.into_array_arg(),
+            l.vals.into_array_arg(),
+            out.clone().into_tensor_arg(),
+            l.work.into_array_arg(),
+            l.layout.n as u32,
+            l.slots,
+            l.layout.slab,
+            l.layout.cap,
+            l.layout.resident,
+        );
+    }
     out
 }
 
@@ -263,22 +330,29 @@ pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> C
     }
     let l = Launch::new(a, program::frechet_table(), true, MAX_GRID);
     let grad = into_contiguous(grad);
-    kernels::frechet_kernel::launch::<R>(
-        &l.a.client,
-        l.layout.cube_count(),
-        l.layout.cube_dim(),
-        l.a.clone().into_tensor_arg(),
-        grad.into_tensor_arg(),
-        l.plan.into_array_arg(),
-        l.ops.into_array_arg(),
-        l.vals.into_array_arg(),
-        out.clone().into_tensor_arg(),
-        l.work.into_array_arg(),
-        l.layout.n as u32,
-        l.slots,
-        l.layout.slab,
-        l.layout.cap,
-    );
+    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
+    // the batch, slots below the table's count, shared arrays within their compile-time sizes
+    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
+    // unchecked launch drops the bounds checks of the product's inner loop.
+    unsafe {
+        kernels::frechet_kernel::launch_unchecked::<R>(
+            &l.a.client,
+            l.layout.cube_count(),
+            l.layout.cube_dim(),
+            l.a.clone().into_tensor_arg(),
+            grad.into_tensor_arg(),
+            l.plan.into_array_arg(),
+            l.ops.into_array_arg(),
+            l.vals.into_array_arg(),
+            out.clone().into_tensor_arg(),
+            l.work.into_array_arg(),
+            l.layout.n as u32,
+            l.slots,
+            l.layout.slab,
+            l.layout.cap,
+            l.layout.resident,
+        );
+    }
     out
 }
 

@@ -43,6 +43,8 @@ pub(crate) struct Table {
     /// Number of (theta, degree) pairs.
     pub degrees: usize,
     pub slots: usize,
+    /// Whether a program has a solve (the kernels then hold its shared arrays).
+    pub solves: bool,
 }
 
 /// A step over values, before slots are assigned.
@@ -328,6 +330,7 @@ fn assemble(
             .collect(),
         degrees: thetas.len(),
         slots,
+        solves: ops[HEADER..].chunks(ROW).any(|row| row[0] == KIND_SOLVE),
     }
 }
 

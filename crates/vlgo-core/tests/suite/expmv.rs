@@ -228,7 +228,7 @@ fn expmv_gradient_at_zero_is_the_outer_product() {
 }
 
 /// The backend's `expmv` kernels (CubeCL on `wgpu` / `cuda`, the cache-resident ones on the CPU
-/// backends) against the tensor-op path on NdArray, forward and both adjoints: every route (the
+/// backends) against the tensor-op path on NdArray in f64, forward and both adjoints: every route (the
 /// Taylor loop with and without shift, early termination, the explicit exponential for large
 /// norms, non-finite rows), many Taylor steps (norm 80 with the fallback off: about 27), A
 /// staged in shared memory (n <= 64) and read from global memory (n = 80), and more dense
@@ -278,11 +278,14 @@ fn the_backend_expmv_kernels_equal_the_tensor_op_path() {
             to_f64(a_ad.grad(&grads).unwrap()),
             to_f64(v_ad.grad(&grads).unwrap()),
         );
+        // The oracle: the tensor-op path in f64 on the same (f32-rounded) inputs, to f64's
+        // tolerance. (Against the f32 tensor-op path the two roundings would add up.)
+        let round = |x: &[f64]| -> Vec<f64> { x.iter().map(|&e| e as f32 as f64).collect() };
         let (ry, rga, rgv) = tensor_ops::expmv_with_backward(
-            batch::<NdArray>(&data, n, DType::F32),
-            vec_tensor::<NdArray>(&v, n, DType::F32),
-            vec_tensor::<NdArray>(&g, n, DType::F32),
-            &cfg,
+            batch::<NdArray>(&round(&data), n, DType::F64),
+            vec_tensor::<NdArray>(&round(&v), n, DType::F64),
+            vec_tensor::<NdArray>(&round(&g), n, DType::F64),
+            &cfg.with_tol(f64::EPSILON / 2.0),
         );
         let (ry, rga, rgv) = (to_f64(ry), to_f64(rga), to_f64(rgv));
         let nn = n * n;
