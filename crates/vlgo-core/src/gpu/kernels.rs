@@ -207,8 +207,13 @@ fn combine(
 ) {
     // Padding terms (coefficient 0, on the always finite slot 0) are skipped: the
     // coefficients are the same for the whole cube, so the branches are uniform, and each
-    // skipped term saves a read of n^2 entries.
+    // skipped term saves a read of n^2 entries. The entry's row and column advance by
+    // additions: a division by the run-time n per entry cost more than the sum.
+    let units = CUBE_DIM as usize;
+    let (row_step, col_step) = (units / n, units % n);
     let mut e = UNIT_POS as usize;
+    let mut i = e / n;
+    let mut j = e % n;
     while e < n * n {
         let mut v = f32::new(0.0);
         if c1 != f32::new(0.0) {
@@ -226,11 +231,17 @@ fn combine(
         if c5 != f32::new(0.0) {
             v += c5 * work[o5 + e];
         }
-        if e / n == e % n {
+        if i == j {
             v += eye;
         }
         work[dst + e] = v;
-        e += CUBE_DIM as usize;
+        e += units;
+        i += row_step;
+        j += col_step;
+        if j >= n {
+            j -= n;
+            i += 1;
+        }
     }
     barrier();
 }
