@@ -5,13 +5,15 @@
 //! of the cube's workspace. [`plan_kernel`] picks every matrix's degree and squarings on the
 //! device; [`expm_kernel`] and [`frechet_kernel`] then run that degree's program and the
 //! squarings. Matrix size, degree and k-slab width are run-time values: a shader is compiled per
-//! workgroup size (32 to 256 units, by n) and per power of two of n above 64, not per n and
-//! degree (a per-size shader took seconds to compile on software Vulkan, and each inlined product
-//! multiplied the shader's size).
+//! workgroup size (32 to 256 units, by n), per power of two of n above 64 and, where the slots
+//! are resident, per power of two of n^2, not per n and degree (a per-size shader took seconds
+//! to compile on software Vulkan, and each inlined product multiplied the shader's size).
 //!
-//! Each product stages k-slabs of its operands in shared memory and every unit accumulates a
-//! 4 x 4 tile of the result in registers. A product or combination writes global memory that
-//! other units of the cube read next, so each ends with `sync_storage` + `sync_cube`. Loops and
+//! The slots live in shared memory where the device has room for all of them (resident), else
+//! in the cube's part of a device-memory workspace, whose products stage k-slabs of their
+//! operands in shared memory. Every unit accumulates a 4 x 4 tile of a product in registers. A
+//! product or combination writes slots that other units of the cube read next, so each ends
+//! with `sync_storage` + `sync_cube`. Loops and
 //! branches that contain barriers depend only on values that are the same for the whole cube
 //! (the program, and the plan at the cube's own matrix), so the barriers sit in uniform control
 //! flow.
