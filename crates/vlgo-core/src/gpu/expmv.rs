@@ -163,10 +163,8 @@ pub fn expmv<R: CubeRuntime>(
     route(&a, &routes, &layout, config);
     let table = program::forward_table(ExpmMethod::Pade);
     let l = Launch::new(a.clone(), table, false, dense_grid(table, n));
-    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
-    // the batch, slots below the table's count, shared arrays within their compile-time sizes
-    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
-    // unchecked launch drops the bounds checks of the product's inner loop.
+    // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
+    // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
         kernels::expmv_dense_kernel::launch_unchecked::<R>(
             &a.client,
@@ -225,10 +223,8 @@ pub fn expmv_backward<R: CubeRuntime>(
     }
     let table = program::frechet_table();
     let l = Launch::new(a.clone(), table, true, dense_grid(table, n));
-    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
-    // the batch, slots below the table's count, shared arrays within their compile-time sizes
-    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
-    // unchecked launch drops the bounds checks of the product's inner loop.
+    // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
+    // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
         kernels::expmv_dense_backward_kernel::launch_unchecked::<R>(
             &a.client,

@@ -570,6 +570,12 @@ fn store_matvec(
 /// `mode` says what is computed and stored ([`MODE_EXPM`] ...). In the `expmv` modes `v` and `u`
 /// are the vectors v and g [N, n], only matrices whose route (`routes`) is dense are taken, and
 /// the others are left to the Taylor kernels; otherwise `v`, `u` and `routes` are not read.
+///
+/// The kernels that call it are launched without bounds checks (which took a compare and a
+/// select from every read of the product's inner loop), on these invariants: every matrix index
+/// is below the batch, every slot below the table's count, shared arrays within their
+/// compile-time sizes (`Layout`), and the loops are bounded by n, the program and the plan's
+/// squarings.
 #[cube]
 fn run(
     a: &Tensor<f32>,

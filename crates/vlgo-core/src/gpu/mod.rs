@@ -296,10 +296,8 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
         return out;
     }
     let l = Launch::new(a, program::forward_table(method), false, MAX_GRID);
-    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
-    // the batch, slots below the table's count, shared arrays within their compile-time sizes
-    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
-    // unchecked launch drops the bounds checks of the product's inner loop.
+    // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
+    // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
         kernels::expm_kernel::launch_unchecked::<R>(
             &l.a.client,
@@ -330,10 +328,8 @@ pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> C
     }
     let l = Launch::new(a, program::frechet_table(), true, MAX_GRID);
     let grad = into_contiguous(grad);
-    // SAFETY: the interpreter indexes only within its arguments: every matrix index is below
-    // the batch, slots below the table's count, shared arrays within their compile-time sizes
-    // (`Layout`), and its loops are bounded by n, the program and the plan's squarings. The
-    // unchecked launch drops the bounds checks of the product's inner loop.
+    // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
+    // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
         kernels::frechet_kernel::launch_unchecked::<R>(
             &l.a.client,

@@ -492,12 +492,12 @@ pub(crate) const GENERATED_MAX_STEPS: usize = 1 << 16;
 /// has A_p = sum_m c[r, m] psi[m, k], with c [R, M], psi [M, S, n, n] and v, y [R S, n].
 ///
 /// A_p exists only in the cube's shared memory: best-of-J with `TransportMethod::Generated`
-/// evaluates J x N x S such generators without writing any of them to device memory. The cube gathers the row's non-zero
-/// coefficients first (Laplace samples are sparse after thresholding), so forming A_p reads only
-/// the generators in use. Then, as [`route_kernel`] and [`taylor_kernel`] do, shift mu =
-/// tr(A_p)/n, the cheapest (m, s), and the Taylor steps with early termination; there is no
-/// explicit-exponential fallback (it would need A_p in device memory), so the Taylor route
-/// takes every finite generator up to [`GENERATED_MAX_STEPS`] steps. Non-finite generators,
+/// evaluates J x N x S such generators without writing any of them to device memory. The cube
+/// gathers the row's non-zero coefficients first (Laplace samples are sparse after thresholding),
+/// so forming A_p reads only the generators in use. Then, as [`route_kernel`] and [`taylor_kernel`]
+/// do, shift mu = tr(A_p)/n, the cheapest (m, s), and the Taylor steps with early termination;
+/// there is no explicit-exponential fallback (it would need A_p in device memory), so the Taylor
+/// route takes every finite generator up to [`GENERATED_MAX_STEPS`] steps. Non-finite generators,
 /// and any beyond that, give NaN rows.
 ///
 /// `acap` (>= n `odd_stride(n)`), `ccap` (>= M) and `vcap` (>= n) are compile-time, with the
