@@ -25,7 +25,7 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::program::{ENTRY, HEADER, KIND_COMBINE, KIND_MUL, ROW};
+use super::program::{ENTRY, HEADER, KIND_COMBINE, KIND_MUL, KIND_TANGENT, ROW};
 use super::taylor::{ROUTE_DENSE, ROUTE_STRIDE, is_kind};
 
 /// Entries per matrix in the plan buffer: scale 2^-s (a NaN for a non-finite matrix), s,
@@ -36,12 +36,18 @@ pub(crate) const MAX_UNITS: usize = 256;
 /// Widest k-slab of a product.
 const MAX_TK: usize = 32;
 
-/// Global-memory writes of this cube become visible to its other units.
+/// The cube's writes become visible to its other units: its shared memory, and its slots in
+/// device memory when they lie there (`staged`; resident slots need only the cube barrier).
 #[cube]
-fn barrier() {
-    sync_storage();
+fn barrier(#[comptime] staged: bool) {
+    if comptime!(staged) {
+        sync_storage();
+    }
     sync_cube();
 }
+
+/// Four f32 read or written by one instruction (a 16-byte shared-memory access).
+type F4 = Vector<f32, Const<4>>;
 
 /// Per matrix: 1-norm (of A, or of A^T when `rows`), then degree, s and 2^-s as
 /// `expm::plan::choose` picks them from `thetas` ((theta, degree) pairs, ascending).
@@ -154,6 +160,7 @@ fn load_scaled(
     scale: f32,
     n: usize,
     #[comptime] transpose: bool,
+    #[comptime] staged: bool,
 ) {
     let mut e = UNIT_POS as usize;
     while e < n * n {
@@ -164,18 +171,25 @@ fn load_scaled(
         work[dst + e] = v * scale;
         e += CUBE_DIM as usize;
     }
-    barrier();
+    barrier(staged);
 }
 
 /// out[offset..] = work[src..].
 #[cube]
-fn store(work: &Slice<f32, ReadWrite>, src: usize, out: &mut Tensor<f32>, offset: usize, n: usize) {
+fn store(
+    work: &Slice<f32, ReadWrite>,
+    src: usize,
+    out: &mut Tensor<f32>,
+    offset: usize,
+    n: usize,
+    #[comptime] staged: bool,
+) {
     let mut e = UNIT_POS as usize;
     while e < n * n {
         out[offset + e] = work[src + e];
         e += CUBE_DIM as usize;
     }
-    barrier();
+    barrier(staged);
 }
 
 /// out[offset..offset + n^2] = value.
@@ -206,6 +220,7 @@ fn combine(
     o5: usize,
     c5: f32,
     n: usize,
+    #[comptime] staged: bool,
 ) {
     // Padding terms (coefficient 0, on the always finite slot 0) are skipped: the
     // coefficients are the same for the whole cube, so the branches are uniform, and each
@@ -245,7 +260,7 @@ fn combine(
             i += 1;
         }
     }
-    barrier();
+    barrier(staged);
 }
 
 /// work[c] = work[a] work[b], or += when `accumulate` is 1; `c` must differ from `a` and `b`.
@@ -392,7 +407,266 @@ fn matmul(
             }
         }
     }
-    barrier();
+    barrier(staged);
+}
+
+/// The resident product read and written four floats at a time (`wide`: n a multiple of 4 and
+/// a backend that reinterprets shared memory as vectors, CUDA): work[c] = work[a] work[b], or
+/// += when `accumulate` is 1; `c` must differ from `a` and `b`.
+///
+/// Each unit holds the `rows` x 4 tile of rows i0..i0+rows and the contiguous columns
+/// 4 jc..4 jc+4 (`rows` 4 or 8; a tile's rows past n read row n - 1 and are not written). Per
+/// four k it reads `rows` vectors of A (a row each) and four of B (a k each)
+/// for 16 `rows` multiply-adds: a quarter of the scalar product's reads and of their address
+/// arithmetic, which took most of its instructions (`docs/expm.md`, "GPU benchmark").
+#[cube]
+fn matmul_wide(
+    work: &mut Slice<f32, ReadWrite>,
+    a: usize,
+    b: usize,
+    c: usize,
+    accumulate: u32,
+    n: usize,
+    #[comptime] rows: usize,
+) {
+    let mut wv = work.into_vectorized().with_vector_size::<Const<4>>();
+    let tid = UNIT_POS as usize;
+    let units = CUBE_DIM as usize;
+    let n4 = n / 4;
+    let nr = n.div_ceil(rows);
+    let tiles = nr * n4;
+    let rounds = tiles.div_ceil(units);
+    // Slots start at multiples of 4 floats (their size is a power of two of n^2 >= 16).
+    let (a4, b4, c4) = (a / 4, b / 4, c / 4);
+    for round in 0..rounds {
+        let tile = round * units + tid;
+        if tile < tiles {
+            let i0 = (tile / n4) * rows;
+            let jc = tile % n4;
+            let mut acc = Array::<f32>::new(comptime!(rows * 4));
+            #[unroll]
+            for r in 0..comptime!(rows * 4) {
+                acc[r] = f32::new(0.0);
+            }
+            // Row starts of A, clamped at the edge (those outputs are dropped).
+            let mut ra = Array::<usize>::new(rows);
+            #[unroll]
+            for r in 0..rows {
+                ra[r] = a4 + min(i0 + r, n - 1) * n4;
+            }
+            // B's vector at row k, columns 4 jc..: kb + k n4.
+            let mut kb = b4 + jc;
+            for k4 in 0..n4 {
+                let mut av = Array::<F4>::new(rows);
+                let mut bv = Array::<F4>::new(4usize);
+                #[unroll]
+                for r in 0..rows {
+                    av[r] = wv[ra[r] + k4];
+                }
+                #[unroll]
+                for u in 0..4usize {
+                    bv[u] = wv[kb + u * n4];
+                }
+                kb += 4 * n4;
+                #[unroll]
+                for u in 0..4usize {
+                    let bu = bv[u];
+                    #[unroll]
+                    for r in 0..rows {
+                        let ar = av[r];
+                        let x = ar[u];
+                        #[unroll]
+                        for q in 0..4usize {
+                            acc[r * 4 + q] += x * bu[q];
+                        }
+                    }
+                }
+            }
+            #[unroll]
+            for r in 0..rows {
+                if i0 + r < n {
+                    let at = c4 + (i0 + r) * n4 + jc;
+                    let mut out = F4::empty();
+                    #[unroll]
+                    for q in 0..4usize {
+                        out[q] = acc[r * 4 + q];
+                    }
+                    if accumulate == 1u32 {
+                        out = out + wv[at];
+                    }
+                    wv[at] = out;
+                }
+            }
+        }
+    }
+    barrier(false);
+}
+
+/// A product and its tangent read four floats at a time (`wide`, as [`matmul_wide`]):
+/// work[o] = work[p] work[q] and work[d] = work[dp] work[q] + work[p] work[dq]. `o` and `d`
+/// differ from each other and from the operands.
+///
+/// Each operand vector is read once for both results (16 reads per four k and 4 x 4 tile
+/// where three separate products take 24), and the cube meets one barrier where it met three.
+#[cube]
+fn matmul_tangent_wide(
+    work: &mut Slice<f32, ReadWrite>,
+    p: usize,
+    q: usize,
+    dp: usize,
+    dq: usize,
+    o: usize,
+    d: usize,
+    n: usize,
+    #[comptime] rows: usize,
+) {
+    let mut wv = work.into_vectorized().with_vector_size::<Const<4>>();
+    let tid = UNIT_POS as usize;
+    let units = CUBE_DIM as usize;
+    let n4 = n / 4;
+    let nr = n.div_ceil(rows);
+    let tiles = nr * n4;
+    let rounds = tiles.div_ceil(units);
+    for round in 0..rounds {
+        let tile = round * units + tid;
+        if tile < tiles {
+            let i0 = (tile / n4) * rows;
+            let jc = tile % n4;
+            let mut acc = Array::<f32>::new(comptime!(rows * 4));
+            let mut dacc = Array::<f32>::new(comptime!(rows * 4));
+            #[unroll]
+            for r in 0..comptime!(rows * 4) {
+                acc[r] = f32::new(0.0);
+                dacc[r] = f32::new(0.0);
+            }
+            let mut rp = Array::<usize>::new(rows);
+            let mut rdp = Array::<usize>::new(rows);
+            #[unroll]
+            for r in 0..rows {
+                let row = min(i0 + r, n - 1) * n4;
+                rp[r] = p / 4 + row;
+                rdp[r] = dp / 4 + row;
+            }
+            let mut kq = q / 4 + jc;
+            let mut kdq = dq / 4 + jc;
+            for k4 in 0..n4 {
+                let mut pv = Array::<F4>::new(rows);
+                let mut dpv = Array::<F4>::new(rows);
+                let mut qv = Array::<F4>::new(4usize);
+                let mut dqv = Array::<F4>::new(4usize);
+                #[unroll]
+                for r in 0..rows {
+                    pv[r] = wv[rp[r] + k4];
+                    dpv[r] = wv[rdp[r] + k4];
+                }
+                #[unroll]
+                for u in 0..4usize {
+                    qv[u] = wv[kq + u * n4];
+                    dqv[u] = wv[kdq + u * n4];
+                }
+                kq += 4 * n4;
+                kdq += 4 * n4;
+                #[unroll]
+                for u in 0..4usize {
+                    let qu = qv[u];
+                    let dqu = dqv[u];
+                    #[unroll]
+                    for r in 0..rows {
+                        let pr = pv[r];
+                        let dpr = dpv[r];
+                        let x = pr[u];
+                        let y = dpr[u];
+                        #[unroll]
+                        for c in 0..4usize {
+                            acc[r * 4 + c] += x * qu[c];
+                            dacc[r * 4 + c] += y * qu[c] + x * dqu[c];
+                        }
+                    }
+                }
+            }
+            #[unroll]
+            for r in 0..rows {
+                if i0 + r < n {
+                    let row = (i0 + r) * n4 + jc;
+                    let mut out = F4::empty();
+                    let mut dout = F4::empty();
+                    #[unroll]
+                    for c in 0..4usize {
+                        out[c] = acc[r * 4 + c];
+                        dout[c] = dacc[r * 4 + c];
+                    }
+                    wv[o / 4 + row] = out;
+                    wv[d / 4 + row] = dout;
+                }
+            }
+        }
+    }
+    barrier(false);
+}
+
+/// [`combine`] four floats at a time (`wide`, as [`matmul_wide`]): a unit's coefficient tests,
+/// reads and index arithmetic serve four entries.
+#[cube]
+fn combine_wide(
+    work: &mut Slice<f32, ReadWrite>,
+    dst: usize,
+    eye: f32,
+    o1: usize,
+    c1: f32,
+    o2: usize,
+    c2: f32,
+    o3: usize,
+    c3: f32,
+    o4: usize,
+    c4: f32,
+    o5: usize,
+    c5: f32,
+    n: usize,
+) {
+    let mut wv = work.into_vectorized().with_vector_size::<Const<4>>();
+    let units = CUBE_DIM as usize;
+    let n4 = n / 4;
+    let (row_step, col_step) = (units / n4, units % n4);
+    let mut e = UNIT_POS as usize;
+    // Row i of vector e, and the first column 4 j of it.
+    let mut i = e / n4;
+    let mut j = e % n4;
+    let (d, s1, s2, s3, s4, s5) = (dst / 4, o1 / 4, o2 / 4, o3 / 4, o4 / 4, o5 / 4);
+    while e < n * n4 {
+        let mut v = F4::new(f32::new(0.0));
+        if c1 != f32::new(0.0) {
+            v = v + F4::new(c1) * wv[s1 + e];
+        }
+        if c2 != f32::new(0.0) {
+            v = v + F4::new(c2) * wv[s2 + e];
+        }
+        if c3 != f32::new(0.0) {
+            v = v + F4::new(c3) * wv[s3 + e];
+        }
+        if c4 != f32::new(0.0) {
+            v = v + F4::new(c4) * wv[s4 + e];
+        }
+        if c5 != f32::new(0.0) {
+            v = v + F4::new(c5) * wv[s5 + e];
+        }
+        if j == i / 4 {
+            #[unroll]
+            for q in 0..4usize {
+                if j * 4 + q == i {
+                    v[q] = v[q] + eye;
+                }
+            }
+        }
+        wv[d + e] = v;
+        e += units;
+        i += row_step;
+        j += col_step;
+        if j >= n4 {
+            j -= n4;
+            i += 1;
+        }
+    }
+    barrier(false);
 }
 
 /// acc (4 x 4, row-major) += av bv^T.
@@ -421,6 +695,7 @@ fn gauss_jordan(
     mag: &mut SharedMemory<f32>,
     arg: &mut SharedMemory<f32>,
     n: usize,
+    #[comptime] staged: bool,
 ) {
     let tid = UNIT_POS as usize;
     let units = CUBE_DIM as usize;
@@ -469,7 +744,7 @@ fn gauss_jordan(
                 e += units;
             }
         }
-        barrier();
+        barrier(staged);
         let pivot = work[q + k * n + k];
         let mut i = tid;
         while i < n {
@@ -500,7 +775,7 @@ fn gauss_jordan(
             }
             e += units;
         }
-        barrier();
+        barrier(staged);
     }
     let mut e = tid;
     while e < n * n {
@@ -508,7 +783,7 @@ fn gauss_jordan(
         work[p + e] = work[p + e] / work[q + i * n + i];
         e += units;
     }
-    barrier();
+    barrier(staged);
 }
 
 /// What an interpreter run computes and where it writes (`out` per matrix).
@@ -530,13 +805,14 @@ fn load_outer(
     dst: usize,
     scale: f32,
     n: usize,
+    #[comptime] staged: bool,
 ) {
     let mut e = UNIT_POS as usize;
     while e < n * n {
         work[dst + e] = scale * g[offset + e / n] * v[offset + e % n];
         e += CUBE_DIM as usize;
     }
-    barrier();
+    barrier(staged);
 }
 
 /// out[offset + i] = sum_k work[src + i n + k] x[at + k].
@@ -549,6 +825,7 @@ fn store_matvec(
     out: &mut Tensor<f32>,
     offset: usize,
     n: usize,
+    #[comptime] staged: bool,
 ) {
     let mut i = UNIT_POS as usize;
     while i < n {
@@ -559,7 +836,7 @@ fn store_matvec(
         out[offset + i] = s;
         i += CUBE_DIM as usize;
     }
-    barrier();
+    barrier(staged);
 }
 
 /// The interpreter shared by the kernels. Per matrix: load X = 2^-s A (A^T for the Fréchet
@@ -593,6 +870,8 @@ fn run(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
     #[comptime] resident: usize,
+    #[comptime] wide: bool,
+    #[comptime] tile_rows: usize,
     #[comptime] mode: u32,
 ) {
     let frechet = comptime!(mode == MODE_FRECHET || mode == MODE_DENSE_BACKWARD);
@@ -604,7 +883,12 @@ fn run(
     // The cube's slots: in shared memory when they fit (`resident` floats), else its share of
     // the workspace in device memory, read by the products through k-slabs.
     let staged = comptime!(resident == 0);
-    let mut shared_slots = SharedMemory::<f32>::new(comptime!(resident.max(1)));
+    // 16-byte aligned for the wide kernels' vector reads.
+    let mut shared_slots = if comptime!(wide) {
+        SharedMemory::<f32>::new_aligned(comptime!(resident.max(1)), 16usize)
+    } else {
+        SharedMemory::<f32>::new(comptime!(resident.max(1)))
+    };
     let mut slot_view = if comptime!(staged) {
         let base = CUBE_POS * slots * nn;
         work.slice_mut(base, base + slots * nn)
@@ -618,7 +902,6 @@ fn run(
     let mut fac = SharedMemory::<f32>::new(comptime!(cap.max(1)));
     let mut mag = SharedMemory::<f32>::new(comptime!(if cap > 0 { MAX_UNITS } else { 1 }));
     let mut arg = SharedMemory::<f32>::new(comptime!(if cap > 0 { MAX_UNITS } else { 1 }));
-    let per_squaring = comptime!(if frechet { 3usize } else { 1usize });
     let mut mat = CUBE_POS;
     while mat < count {
         let at = mat * PLAN_STRIDE;
@@ -631,12 +914,12 @@ fn run(
         }
         if take {
             if comptime!(mode == MODE_DENSE_BACKWARD) {
-                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, true);
-                load_outer(u, v, mat * n, &mut slot_view, nn, scale, n);
+                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, true, staged);
+                load_outer(u, v, mat * n, &mut slot_view, nn, scale, n, staged);
             } else {
-                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, frechet);
+                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, frechet, staged);
                 if comptime!(mode == MODE_FRECHET) {
-                    load_scaled(g, mat * nn, &mut slot_view, nn, scale, n, false);
+                    load_scaled(g, mat * nn, &mut slot_view, nn, scale, n, false, staged);
                 }
             }
             let entry = degree * ENTRY;
@@ -646,7 +929,7 @@ fn run(
             let mut dt = ops[entry + 3] as usize;
             let mut nt = ops[entry + 4] as usize;
             let mut ndt = ops[entry + 5] as usize;
-            let total = len + squarings * per_squaring;
+            let total = len + squarings;
             for step in 0..total {
                 // A squaring step unless the program says otherwise.
                 let mut kind = u32::new(KIND_MUL as i64);
@@ -663,8 +946,6 @@ fn run(
                 let mut c3 = f32::new(0.0);
                 let mut c4 = f32::new(0.0);
                 let mut c5 = f32::new(0.0);
-                // Which product of a squaring this step is (unused inside the program).
-                let phase = (max(step, len) - len) % per_squaring;
                 if step < len {
                     let row = start + step;
                     let o = HEADER + row * ROW;
@@ -683,54 +964,118 @@ fn run(
                     c3 = vals[v + 3];
                     c4 = vals[v + 4];
                     c5 = vals[v + 5];
-                } else {
-                    if phase == 1 {
-                        dst = ndt;
-                        s1 = dt;
-                    }
-                    if phase == 2 {
-                        dst = ndt;
-                        s2 = dt;
-                        flag = u32::new(1);
-                    }
+                } else if comptime!(frechet) {
+                    // T^2 and its tangent dT T + T dT.
+                    kind = u32::new(KIND_TANGENT as i64);
+                    s3 = dt;
+                    s4 = dt;
+                    s5 = ndt;
                 }
-                if kind == KIND_MUL {
-                    let x = s1 * nn;
-                    let y = s2 * nn;
-                    matmul(
-                        &mut slot_view,
-                        x,
-                        y,
-                        dst * nn,
-                        flag,
-                        &mut sa,
-                        &mut sb,
-                        n,
-                        tk,
-                        staged,
-                    );
+                if kind == KIND_MUL || kind == KIND_TANGENT {
+                    if comptime!(wide && frechet) {
+                        if kind == KIND_TANGENT {
+                            matmul_tangent_wide(
+                                &mut slot_view,
+                                s1 * nn,
+                                s2 * nn,
+                                s3 * nn,
+                                s4 * nn,
+                                dst * nn,
+                                s5 * nn,
+                                n,
+                                tile_rows,
+                            );
+                        } else {
+                            matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n, tile_rows);
+                        }
+                    } else if comptime!(wide) {
+                        matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n, tile_rows);
+                    } else {
+                        // A tangent row is three products: P Q, dP Q, then += P dQ (one call
+                        // site: each inlined product adds to the shader).
+                        let mut parts = 1usize;
+                        if kind == KIND_TANGENT {
+                            parts = 3usize;
+                        }
+                        for part in 0..parts {
+                            let mut x = s1;
+                            let mut y = s2;
+                            let mut z = dst;
+                            let mut accumulate = flag;
+                            if part == 1 {
+                                x = s3;
+                                z = s5;
+                            }
+                            if part == 2 {
+                                y = s4;
+                                z = s5;
+                                accumulate = u32::new(1);
+                            }
+                            matmul(
+                                &mut slot_view,
+                                x * nn,
+                                y * nn,
+                                z * nn,
+                                accumulate,
+                                &mut sa,
+                                &mut sb,
+                                n,
+                                tk,
+                                staged,
+                            );
+                        }
+                    }
                 } else if kind == KIND_COMBINE {
-                    combine(
-                        &mut slot_view,
-                        dst * nn,
-                        eye,
-                        s1 * nn,
-                        c1,
-                        s2 * nn,
-                        c2,
-                        s3 * nn,
-                        c3,
-                        s4 * nn,
-                        c4,
-                        s5 * nn,
-                        c5,
-                        n,
-                    );
+                    if comptime!(wide) {
+                        combine_wide(
+                            &mut slot_view,
+                            dst * nn,
+                            eye,
+                            s1 * nn,
+                            c1,
+                            s2 * nn,
+                            c2,
+                            s3 * nn,
+                            c3,
+                            s4 * nn,
+                            c4,
+                            s5 * nn,
+                            c5,
+                            n,
+                        );
+                    } else {
+                        combine(
+                            &mut slot_view,
+                            dst * nn,
+                            eye,
+                            s1 * nn,
+                            c1,
+                            s2 * nn,
+                            c2,
+                            s3 * nn,
+                            c3,
+                            s4 * nn,
+                            c4,
+                            s5 * nn,
+                            c5,
+                            n,
+                            staged,
+                        );
+                    }
                 } else {
                     let q = s1 * nn;
-                    gauss_jordan(&mut slot_view, q, dst * nn, &mut fac, &mut mag, &mut arg, n);
+                    gauss_jordan(
+                        &mut slot_view,
+                        q,
+                        dst * nn,
+                        &mut fac,
+                        &mut mag,
+                        &mut arg,
+                        n,
+                        staged,
+                    );
                 }
-                if step >= len && phase == per_squaring - 1 {
+                if step >= len {
                     let t0 = t;
                     t = nt;
                     nt = t0;
@@ -742,16 +1087,16 @@ fn run(
                 }
             }
             if comptime!(mode == MODE_EXPM) {
-                store(&slot_view, t * nn, out, mat * nn, n);
+                store(&slot_view, t * nn, out, mat * nn, n, staged);
             } else if comptime!(mode == MODE_FRECHET) {
-                store(&slot_view, dt * nn, out, mat * nn, n);
+                store(&slot_view, dt * nn, out, mat * nn, n, staged);
             } else if comptime!(mode == MODE_DENSE) {
-                store_matvec(&slot_view, t * nn, v, mat * n, out, mat * n, n);
+                store_matvec(&slot_view, t * nn, v, mat * n, out, mat * n, n, staged);
             } else {
                 // The slot T holds exp(A^T) = exp(A)^T: vbar = exp(A)^T g is T g.
                 let row = mat * (nn + n);
-                store(&slot_view, dt * nn, out, row, n);
-                store_matvec(&slot_view, t * nn, u, mat * n, out, row + nn, n);
+                store(&slot_view, dt * nn, out, row, n, staged);
+                store_matvec(&slot_view, t * nn, u, mat * n, out, row + nn, n, staged);
             }
         } else if comptime!(!vectors) {
             fill(out, mat * nn, scale, n);
@@ -777,9 +1122,11 @@ pub(crate) fn expm_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
     #[comptime] resident: usize,
+    #[comptime] wide: bool,
+    #[comptime] tile_rows: usize,
 ) {
     run(
-        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, resident, MODE_EXPM,
+        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, tile_rows, MODE_EXPM,
     );
 }
 
@@ -800,6 +1147,8 @@ pub(crate) fn frechet_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
     #[comptime] resident: usize,
+    #[comptime] wide: bool,
+    #[comptime] tile_rows: usize,
 ) {
     run(
         a,
@@ -817,6 +1166,8 @@ pub(crate) fn frechet_kernel(
         slab,
         cap,
         resident,
+        wide,
+        tile_rows,
         MODE_FRECHET,
     );
 }
@@ -838,9 +1189,11 @@ pub(crate) fn expmv_dense_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
     #[comptime] resident: usize,
+    #[comptime] wide: bool,
+    #[comptime] tile_rows: usize,
 ) {
     run(
-        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, resident, MODE_DENSE,
+        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, tile_rows, MODE_DENSE,
     );
 }
 
@@ -862,6 +1215,8 @@ pub(crate) fn expmv_dense_backward_kernel(
     #[comptime] slab: usize,
     #[comptime] cap: usize,
     #[comptime] resident: usize,
+    #[comptime] wide: bool,
+    #[comptime] tile_rows: usize,
 ) {
     run(
         a,
@@ -879,6 +1234,8 @@ pub(crate) fn expmv_dense_backward_kernel(
         slab,
         cap,
         resident,
+        wide,
+        tile_rows,
         MODE_DENSE_BACKWARD,
     );
 }

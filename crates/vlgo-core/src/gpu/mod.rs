@@ -69,6 +69,32 @@ const SHARED_MARGIN: usize = 512;
 /// the device's maximum; 0 keeps the slots in device memory). For benchmarks and diagnosis.
 pub const RESIDENT_BYTES_VAR: &str = "VLGO_GPU_RESIDENT_BYTES";
 
+/// Environment variable: `0` keeps the interpreter's products and combinations on scalar reads
+/// where they would read four floats at a time (see [`Layout`]). For benchmarks and diagnosis.
+pub const WIDE_VAR: &str = "VLGO_GPU_WIDE";
+
+/// Whether the interpreter may read resident slots four floats at a time on this backend:
+/// CubeCL reinterprets shared memory as vectors on CUDA only (not on WebGPU), and
+/// [`WIDE_VAR`] = `0` turns it off.
+fn wide_reads<R: CubeRuntime>(client: &ComputeClient<R>) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var(WIDE_VAR).is_ok_and(|v| v.trim() == "0"));
+    !off && R::name(client) == "cuda"
+}
+
+/// Environment variable: the rows of a unit's tile in the wide products, `4` or `8` (default 4;
+/// other values are ignored). For benchmarks and diagnosis.
+pub const TILE_ROWS_VAR: &str = "VLGO_GPU_TILE_ROWS";
+
+/// Rows of a unit's tile in the wide products ([`TILE_ROWS_VAR`]).
+fn wide_tile_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| match std::env::var(TILE_ROWS_VAR).as_deref().map(str::trim) {
+        Ok("8") => 8,
+        _ => 4,
+    })
+}
+
 /// Shared memory a cube may hold its slots in: the device's maximum, or less where
 /// [`RESIDENT_BYTES_VAR`] says so (a value that is not a byte count is ignored).
 fn resident_limit(device_max: usize) -> usize {
@@ -119,6 +145,11 @@ struct Layout {
     /// Floats of shared memory holding the cube's slots (compile-time in the kernels), or 0 for
     /// slots in the device-memory workspace.
     resident: usize,
+    /// Whether products and combinations read and write the resident slots four floats at a
+    /// time (compile-time in the kernels): n a multiple of 4 on a backend that allows it.
+    wide: bool,
+    /// Rows of a unit's output tile in the wide products (4 or 8; compile-time), each 4 columns.
+    tile_rows: usize,
     /// Units per cube (a power of two from 32 to [`MAX_UNITS`]).
     units: usize,
     /// Cubes launched.
@@ -133,9 +164,6 @@ impl Layout {
         table: &Table,
     ) -> Self {
         let props = client.properties();
-        let tiles = n.div_ceil(4).pow(2);
-        // A power of two (the pivot search is a tree over the units), one unit per 4 x 4 tile.
-        let units = tiles.next_power_of_two().clamp(32, max_units(client));
         // Shared-memory sizes are compile-time: every n up to 64 shares them, larger n round up
         // to a power of two. (The workgroup size, 32 to 256 units by n, is part of a shader too.)
         let cap = if table.solves {
@@ -170,6 +198,11 @@ impl Layout {
                 .min(n.next_power_of_two().max(64) * 32)
                 .max(n)
         };
+        let wide = resident > 0 && n % 4 == 0 && wide_reads(client);
+        let tile_rows = if wide { wide_tile_rows() } else { 4 };
+        let tiles = n.div_ceil(tile_rows) * n.div_ceil(4);
+        // A power of two (the pivot search is a tree over the units), one unit per tile.
+        let units = tiles.next_power_of_two().clamp(32, max_units(client));
         let per_cube = table.slots * n * n * 4;
         // `count` arrives capped by the caller's grid limit.
         let grid = count
@@ -181,6 +214,8 @@ impl Layout {
             slab,
             cap,
             resident,
+            wide,
+            tile_rows,
             units,
             grid,
         }
@@ -314,6 +349,8 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
             l.layout.slab,
             l.layout.cap,
             l.layout.resident,
+            l.layout.wide,
+            l.layout.tile_rows,
         );
     }
     out
@@ -347,6 +384,8 @@ pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> C
             l.layout.slab,
             l.layout.cap,
             l.layout.resident,
+            l.layout.wide,
+            l.layout.tile_rows,
         );
     }
     out

@@ -20,6 +20,10 @@ pub(crate) const KIND_MUL: u32 = 0;
 pub(crate) const KIND_COMBINE: u32 = 1;
 /// Row kind: work[dst] <- work[s1]^{-1} work[dst].
 pub(crate) const KIND_SOLVE: u32 = 2;
+/// Row kind: work[dst] = work[s1] work[s2] and work[s5] = work[s3] work[s2] + work[s1] work[s4]:
+/// a product P Q and its tangent dP Q + P dQ in one pass over the four operands (the Fréchet
+/// programs' products and squarings).
+pub(crate) const KIND_TANGENT: u32 = 3;
 /// u32 per row of `ops` (and f32 per row of `vals`: eye, c_1..c_5, padding).
 pub(crate) const ROW: usize = 8;
 /// Header entry per degree: first row, number of rows, result slot, derivative slot, and the two
@@ -197,6 +201,7 @@ impl Flow {
         for &r in results {
             last[r] = usize::MAX;
         }
+        let mut rows = Vec::with_capacity(self.steps.len());
         let mut slot: Vec<Option<usize>> = vec![None; self.values];
         let mut busy: Vec<bool> = vec![true; self.inputs];
         for (v, s) in slot.iter_mut().enumerate().take(self.inputs) {
@@ -253,12 +258,47 @@ impl Flow {
                     row[2] = at(*q);
                 }
             }
+            rows.push((row, coef));
+        }
+        for (row, coef) in fuse_tangents(rows) {
             ops.extend_from_slice(&row);
             vals.extend_from_slice(&coef);
         }
         let slots = results.iter().map(|&r| slot[r].unwrap_or(r)).collect();
         (slots, busy.len())
     }
+}
+
+/// Merges each product P Q that is followed by its tangent (dP Q, then += P dQ, as
+/// `scheme_and_derivative` emits them) into one [`KIND_TANGENT`] row, which reads each operand
+/// once for both results. The merged row writes two slots that none of its operands use.
+fn fuse_tangents(rows: Vec<([u32; ROW], [f32; ROW])>) -> Vec<([u32; ROW], [f32; ROW])> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut k = 0;
+    while k < rows.len() {
+        if let [(r0, _), (r1, _), (r2, _), ..] = &rows[k..] {
+            let mul = |r: &[u32; ROW], flag: u32| r[0] == KIND_MUL && r[7] == flag;
+            let (o, p, q) = (r0[1], r0[2], r0[3]);
+            let (d, dp, dq) = (r1[1], r1[2], r2[3]);
+            let pattern = mul(r0, 0)
+                && mul(r1, 0)
+                && mul(r2, 1)
+                && r1[3] == q
+                && r2[1] == d
+                && r2[2] == p;
+            let apart = o != d && [p, q, dp, dq].iter().all(|s| *s != o && *s != d);
+            if pattern && apart {
+                let mut row = [0u32; ROW];
+                row[..7].copy_from_slice(&[KIND_TANGENT, o, p, q, dp, dq, d]);
+                out.push((row, [0f32; ROW]));
+                k += 3;
+                continue;
+            }
+        }
+        out.push(rows[k]);
+        k += 1;
+    }
+    out
 }
 
 /// The scheme's steps with every combination moved to just before its first use: products keep
@@ -446,6 +486,17 @@ mod tests {
                     work[dst] = v;
                 }
                 KIND_SOLVE => work[dst] /= work[s(0)],
+                KIND_TANGENT => {
+                    let d = s(4);
+                    let operands = [s(0), s(1), s(2), s(3)];
+                    assert!(
+                        dst != d && !operands.contains(&dst) && !operands.contains(&d),
+                        "a tangent product overwrites an operand"
+                    );
+                    let (p, q, dp, dq) = (work[s(0)], work[s(1)], work[s(2)], work[s(3)]);
+                    work[dst] = p * q;
+                    work[d] = dp * q + p * dq;
+                }
                 other => panic!("row kind {other}"),
             }
         }
@@ -484,6 +535,26 @@ mod tests {
             assert!((t / x.exp() - 1.0).abs() < 1e-6, "degree {m}: {t}");
             assert!((d / (0.5 * x.exp()) - 1.0).abs() < 1e-6, "degree {m}: {d}");
         }
+    }
+
+    #[test]
+    fn frechet_products_are_merged_with_their_tangents() {
+        let ops: Vec<u32> = frechet_table()
+            .ops_bytes
+            .chunks(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let kinds: Vec<u32> = ops[HEADER..].chunks(ROW).map(|row| row[0]).collect();
+        // Every product of a Fréchet program has its tangent: none is left unmerged.
+        assert!(kinds.contains(&KIND_TANGENT));
+        assert!(!kinds.contains(&KIND_MUL), "{kinds:?}");
+        // A forward program has no tangents.
+        let forward = &forward_table(ExpmMethod::Taylor).ops_bytes;
+        let kinds: Vec<u32> = forward[HEADER * 4..]
+            .chunks(ROW * 4)
+            .map(|row| u32::from_le_bytes([row[0], row[1], row[2], row[3]]))
+            .collect();
+        assert!(kinds.contains(&KIND_MUL) && !kinds.contains(&KIND_TANGENT));
     }
 
     #[test]
