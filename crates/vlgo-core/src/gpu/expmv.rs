@@ -184,7 +184,6 @@ pub fn expmv<R: CubeRuntime>(
             l.layout.cap,
             l.layout.resident,
             l.layout.wide,
-            l.layout.tile_rows,
         );
     }
     taylor::taylor_kernel::launch::<R>(
@@ -247,7 +246,6 @@ pub fn expmv_backward<R: CubeRuntime>(
             l.layout.cap,
             l.layout.resident,
             l.layout.wide,
-            l.layout.tile_rows,
         );
     }
     let m_max = config.m_max.clamp(1, INV_THETA_F32.len());

@@ -410,15 +410,78 @@ fn matmul(
     barrier(staged);
 }
 
+/// Reads the four vectors of rows `rows[r]` at vector column `k4` (A's 4 x 4 block at k = 4 k4).
+#[cube]
+fn read_rows(wv: &Slice<F4, ReadWrite>, rows: &Array<usize>, k4: usize, out: &mut Array<F4>) {
+    #[unroll]
+    for r in 0..4usize {
+        out[r] = wv[rows[r] + k4];
+    }
+}
+
+/// Reads the four vectors of rows 4 k4 .. 4 k4 + 4 at vector column `col` (B's 4 x 4 block).
+#[cube]
+fn read_block(wv: &Slice<F4, ReadWrite>, col: usize, k4: usize, n4: usize, out: &mut Array<F4>) {
+    let first = col + 4 * k4 * n4;
+    #[unroll]
+    for u in 0..4usize {
+        out[u] = wv[first + u * n4];
+    }
+}
+
+/// acc (4 x 4, row-major) += a b for 4 x 4 blocks a (rows) and b (rows), as vectors.
+#[cube]
+fn fma_block(acc: &mut Array<f32>, a: &Array<F4>, b: &Array<F4>) {
+    #[unroll]
+    for u in 0..4usize {
+        let bu = b[u];
+        #[unroll]
+        for r in 0..4usize {
+            let ar = a[r];
+            let x = ar[u];
+            #[unroll]
+            for q in 0..4usize {
+                acc[r * 4 + q] += x * bu[q];
+            }
+        }
+    }
+}
+
+/// Writes the 4 x 4 tile `acc` at vector index `at` (row stride n4), or adds it when
+/// `accumulate` is 1.
+#[cube]
+fn write_tile(
+    wv: &mut Slice<F4, ReadWrite>,
+    acc: &Array<f32>,
+    at: usize,
+    n4: usize,
+    accumulate: u32,
+) {
+    #[unroll]
+    for r in 0..4usize {
+        let mut out = F4::empty();
+        #[unroll]
+        for q in 0..4usize {
+            out[q] = acc[r * 4 + q];
+        }
+        let to = at + r * n4;
+        if accumulate == 1u32 {
+            out = out + wv[to];
+        }
+        wv[to] = out;
+    }
+}
+
 /// The resident product read and written four floats at a time (`wide`: n a multiple of 4 and
 /// a backend that reinterprets shared memory as vectors, CUDA): work[c] = work[a] work[b], or
 /// += when `accumulate` is 1; `c` must differ from `a` and `b`.
 ///
-/// Each unit holds the `rows` x 4 tile of rows i0..i0+rows and the contiguous columns
-/// 4 jc..4 jc+4 (`rows` 4 or 8; a tile's rows past n read row n - 1 and are not written). Per
-/// four k it reads `rows` vectors of A (a row each) and four of B (a k each)
-/// for 16 `rows` multiply-adds: a quarter of the scalar product's reads and of their address
-/// arithmetic, which took most of its instructions (`docs/expm.md`, "GPU benchmark").
+/// Each unit holds the 4 x 4 tile of rows i0..i0+4 and the contiguous columns 4 jc..4 jc+4. Per
+/// four k it reads four vectors of A (a row each) and four of B (a k each) for 64
+/// multiply-adds: a quarter of the scalar product's reads and of their address arithmetic,
+/// which took most of its instructions (`docs/expm.md`, "GPU benchmark"). The reads of the
+/// next four k are issued before the multiply-adds of the current ones (two register sets),
+/// since the one or two cubes that fill a multiprocessor have too few warps to hide them.
 #[cube]
 fn matmul_wide(
     work: &mut Slice<f32, ReadWrite>,
@@ -427,76 +490,53 @@ fn matmul_wide(
     c: usize,
     accumulate: u32,
     n: usize,
-    #[comptime] rows: usize,
 ) {
     let mut wv = work.into_vectorized().with_vector_size::<Const<4>>();
     let tid = UNIT_POS as usize;
     let units = CUBE_DIM as usize;
     let n4 = n / 4;
-    let nr = n.div_ceil(rows);
-    let tiles = nr * n4;
+    let tiles = n4 * n4;
     let rounds = tiles.div_ceil(units);
     // Slots start at multiples of 4 floats (their size is a power of two of n^2 >= 16).
     let (a4, b4, c4) = (a / 4, b / 4, c / 4);
     for round in 0..rounds {
         let tile = round * units + tid;
         if tile < tiles {
-            let i0 = (tile / n4) * rows;
+            let i0 = (tile / n4) * 4;
             let jc = tile % n4;
-            let mut acc = Array::<f32>::new(comptime!(rows * 4));
+            let mut acc = Array::<f32>::new(16usize);
             #[unroll]
-            for r in 0..comptime!(rows * 4) {
+            for r in 0..16usize {
                 acc[r] = f32::new(0.0);
             }
-            // Row starts of A, clamped at the edge (those outputs are dropped).
-            let mut ra = Array::<usize>::new(rows);
+            let mut ra = Array::<usize>::new(4usize);
             #[unroll]
-            for r in 0..rows {
-                ra[r] = a4 + min(i0 + r, n - 1) * n4;
+            for r in 0..4usize {
+                ra[r] = a4 + (i0 + r) * n4;
             }
-            // B's vector at row k, columns 4 jc..: kb + k n4.
-            let mut kb = b4 + jc;
-            for k4 in 0..n4 {
-                let mut av = Array::<F4>::new(rows);
-                let mut bv = Array::<F4>::new(4usize);
-                #[unroll]
-                for r in 0..rows {
-                    av[r] = wv[ra[r] + k4];
-                }
-                #[unroll]
-                for u in 0..4usize {
-                    bv[u] = wv[kb + u * n4];
-                }
-                kb += 4 * n4;
-                #[unroll]
-                for u in 0..4usize {
-                    let bu = bv[u];
-                    #[unroll]
-                    for r in 0..rows {
-                        let ar = av[r];
-                        let x = ar[u];
-                        #[unroll]
-                        for q in 0..4usize {
-                            acc[r * 4 + q] += x * bu[q];
-                        }
-                    }
-                }
+            let col = b4 + jc;
+            let mut a0 = Array::<F4>::new(4usize);
+            let mut b0 = Array::<F4>::new(4usize);
+            let mut a1 = Array::<F4>::new(4usize);
+            let mut b1 = Array::<F4>::new(4usize);
+            read_rows(&wv, &ra, 0, &mut a0);
+            read_block(&wv, col, 0, n4, &mut b0);
+            let mut k4 = 0usize;
+            while k4 + 2 <= n4 {
+                read_rows(&wv, &ra, k4 + 1, &mut a1);
+                read_block(&wv, col, k4 + 1, n4, &mut b1);
+                fma_block(&mut acc, &a0, &b0);
+                // The last pair reads its first block again (in bounds, unused).
+                let next = min(k4 + 2, n4 - 1);
+                read_rows(&wv, &ra, next, &mut a0);
+                read_block(&wv, col, next, n4, &mut b0);
+                fma_block(&mut acc, &a1, &b1);
+                k4 += 2;
             }
-            #[unroll]
-            for r in 0..rows {
-                if i0 + r < n {
-                    let at = c4 + (i0 + r) * n4 + jc;
-                    let mut out = F4::empty();
-                    #[unroll]
-                    for q in 0..4usize {
-                        out[q] = acc[r * 4 + q];
-                    }
-                    if accumulate == 1u32 {
-                        out = out + wv[at];
-                    }
-                    wv[at] = out;
-                }
+            if k4 < n4 {
+                fma_block(&mut acc, &a0, &b0);
             }
+            write_tile(&mut wv, &acc, c4 + i0 * n4 + jc, n4, accumulate);
         }
     }
     barrier(false);
@@ -506,8 +546,8 @@ fn matmul_wide(
 /// work[o] = work[p] work[q] and work[d] = work[dp] work[q] + work[p] work[dq]. `o` and `d`
 /// differ from each other and from the operands.
 ///
-/// Each operand vector is read once for both results (16 reads per four k and 4 x 4 tile
-/// where three separate products take 24), and the cube meets one barrier where it met three.
+/// Each operand vector is read once for both results (16 reads per four k where three
+/// separate products take 24), and the cube meets one barrier where it met three.
 #[cube]
 fn matmul_tangent_wide(
     work: &mut Slice<f32, ReadWrite>,
@@ -518,87 +558,73 @@ fn matmul_tangent_wide(
     o: usize,
     d: usize,
     n: usize,
-    #[comptime] rows: usize,
 ) {
     let mut wv = work.into_vectorized().with_vector_size::<Const<4>>();
     let tid = UNIT_POS as usize;
     let units = CUBE_DIM as usize;
     let n4 = n / 4;
-    let nr = n.div_ceil(rows);
-    let tiles = nr * n4;
+    let tiles = n4 * n4;
     let rounds = tiles.div_ceil(units);
     for round in 0..rounds {
         let tile = round * units + tid;
         if tile < tiles {
-            let i0 = (tile / n4) * rows;
+            let i0 = (tile / n4) * 4;
             let jc = tile % n4;
-            let mut acc = Array::<f32>::new(comptime!(rows * 4));
-            let mut dacc = Array::<f32>::new(comptime!(rows * 4));
+            let mut acc = Array::<f32>::new(16usize);
+            let mut dacc = Array::<f32>::new(16usize);
             #[unroll]
-            for r in 0..comptime!(rows * 4) {
+            for r in 0..16usize {
                 acc[r] = f32::new(0.0);
                 dacc[r] = f32::new(0.0);
             }
-            let mut rp = Array::<usize>::new(rows);
-            let mut rdp = Array::<usize>::new(rows);
+            let mut rp = Array::<usize>::new(4usize);
+            let mut rdp = Array::<usize>::new(4usize);
             #[unroll]
-            for r in 0..rows {
-                let row = min(i0 + r, n - 1) * n4;
+            for r in 0..4usize {
+                let row = (i0 + r) * n4;
                 rp[r] = p / 4 + row;
                 rdp[r] = dp / 4 + row;
             }
-            let mut kq = q / 4 + jc;
-            let mut kdq = dq / 4 + jc;
-            for k4 in 0..n4 {
-                let mut pv = Array::<F4>::new(rows);
-                let mut dpv = Array::<F4>::new(rows);
-                let mut qv = Array::<F4>::new(4usize);
-                let mut dqv = Array::<F4>::new(4usize);
-                #[unroll]
-                for r in 0..rows {
-                    pv[r] = wv[rp[r] + k4];
-                    dpv[r] = wv[rdp[r] + k4];
-                }
-                #[unroll]
-                for u in 0..4usize {
-                    qv[u] = wv[kq + u * n4];
-                    dqv[u] = wv[kdq + u * n4];
-                }
-                kq += 4 * n4;
-                kdq += 4 * n4;
-                #[unroll]
-                for u in 0..4usize {
-                    let qu = qv[u];
-                    let dqu = dqv[u];
-                    #[unroll]
-                    for r in 0..rows {
-                        let pr = pv[r];
-                        let dpr = dpv[r];
-                        let x = pr[u];
-                        let y = dpr[u];
-                        #[unroll]
-                        for c in 0..4usize {
-                            acc[r * 4 + c] += x * qu[c];
-                            dacc[r * 4 + c] += y * qu[c] + x * dqu[c];
-                        }
-                    }
-                }
+            let (cq, cdq) = (q / 4 + jc, dq / 4 + jc);
+            let mut p0 = Array::<F4>::new(4usize);
+            let mut dp0 = Array::<F4>::new(4usize);
+            let mut q0 = Array::<F4>::new(4usize);
+            let mut dq0 = Array::<F4>::new(4usize);
+            let mut p1 = Array::<F4>::new(4usize);
+            let mut dp1 = Array::<F4>::new(4usize);
+            let mut q1 = Array::<F4>::new(4usize);
+            let mut dq1 = Array::<F4>::new(4usize);
+            read_rows(&wv, &rp, 0, &mut p0);
+            read_rows(&wv, &rdp, 0, &mut dp0);
+            read_block(&wv, cq, 0, n4, &mut q0);
+            read_block(&wv, cdq, 0, n4, &mut dq0);
+            let mut k4 = 0usize;
+            while k4 + 2 <= n4 {
+                read_rows(&wv, &rp, k4 + 1, &mut p1);
+                read_rows(&wv, &rdp, k4 + 1, &mut dp1);
+                read_block(&wv, cq, k4 + 1, n4, &mut q1);
+                read_block(&wv, cdq, k4 + 1, n4, &mut dq1);
+                fma_block(&mut acc, &p0, &q0);
+                fma_block(&mut dacc, &dp0, &q0);
+                fma_block(&mut dacc, &p0, &dq0);
+                let next = min(k4 + 2, n4 - 1);
+                read_rows(&wv, &rp, next, &mut p0);
+                read_rows(&wv, &rdp, next, &mut dp0);
+                read_block(&wv, cq, next, n4, &mut q0);
+                read_block(&wv, cdq, next, n4, &mut dq0);
+                fma_block(&mut acc, &p1, &q1);
+                fma_block(&mut dacc, &dp1, &q1);
+                fma_block(&mut dacc, &p1, &dq1);
+                k4 += 2;
             }
-            #[unroll]
-            for r in 0..rows {
-                if i0 + r < n {
-                    let row = (i0 + r) * n4 + jc;
-                    let mut out = F4::empty();
-                    let mut dout = F4::empty();
-                    #[unroll]
-                    for c in 0..4usize {
-                        out[c] = acc[r * 4 + c];
-                        dout[c] = dacc[r * 4 + c];
-                    }
-                    wv[o / 4 + row] = out;
-                    wv[d / 4 + row] = dout;
-                }
+            if k4 < n4 {
+                fma_block(&mut acc, &p0, &q0);
+                fma_block(&mut dacc, &dp0, &q0);
+                fma_block(&mut dacc, &p0, &dq0);
             }
+            let at = i0 * n4 + jc;
+            write_tile(&mut wv, &acc, o / 4 + at, n4, u32::new(0));
+            write_tile(&mut wv, &dacc, d / 4 + at, n4, u32::new(0));
         }
     }
     barrier(false);
@@ -871,7 +897,6 @@ fn run(
     #[comptime] cap: usize,
     #[comptime] resident: usize,
     #[comptime] wide: bool,
-    #[comptime] tile_rows: usize,
     #[comptime] mode: u32,
 ) {
     let frechet = comptime!(mode == MODE_FRECHET || mode == MODE_DENSE_BACKWARD);
@@ -983,13 +1008,12 @@ fn run(
                                 dst * nn,
                                 s5 * nn,
                                 n,
-                                tile_rows,
                             );
                         } else {
-                            matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n, tile_rows);
+                            matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n);
                         }
                     } else if comptime!(wide) {
-                        matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n, tile_rows);
+                        matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n);
                     } else {
                         // A tangent row is three products: P Q, dP Q, then += P dQ (one call
                         // site: each inlined product adds to the shader).
@@ -1123,10 +1147,9 @@ pub(crate) fn expm_kernel(
     #[comptime] cap: usize,
     #[comptime] resident: usize,
     #[comptime] wide: bool,
-    #[comptime] tile_rows: usize,
 ) {
     run(
-        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, tile_rows, MODE_EXPM,
+        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, MODE_EXPM,
     );
 }
 
@@ -1148,7 +1171,6 @@ pub(crate) fn frechet_kernel(
     #[comptime] cap: usize,
     #[comptime] resident: usize,
     #[comptime] wide: bool,
-    #[comptime] tile_rows: usize,
 ) {
     run(
         a,
@@ -1167,7 +1189,6 @@ pub(crate) fn frechet_kernel(
         cap,
         resident,
         wide,
-        tile_rows,
         MODE_FRECHET,
     );
 }
@@ -1190,10 +1211,9 @@ pub(crate) fn expmv_dense_kernel(
     #[comptime] cap: usize,
     #[comptime] resident: usize,
     #[comptime] wide: bool,
-    #[comptime] tile_rows: usize,
 ) {
     run(
-        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, tile_rows, MODE_DENSE,
+        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, MODE_DENSE,
     );
 }
 
@@ -1216,7 +1236,6 @@ pub(crate) fn expmv_dense_backward_kernel(
     #[comptime] cap: usize,
     #[comptime] resident: usize,
     #[comptime] wide: bool,
-    #[comptime] tile_rows: usize,
 ) {
     run(
         a,
@@ -1235,7 +1254,6 @@ pub(crate) fn expmv_dense_backward_kernel(
         cap,
         resident,
         wide,
-        tile_rows,
         MODE_DENSE_BACKWARD,
     );
 }

@@ -82,19 +82,6 @@ fn wide_reads<R: CubeRuntime>(client: &ComputeClient<R>) -> bool {
     !off && R::name(client) == "cuda"
 }
 
-/// Environment variable: the rows of a unit's tile in the wide products, `4` or `8` (default 4;
-/// other values are ignored). For benchmarks and diagnosis.
-pub const TILE_ROWS_VAR: &str = "VLGO_GPU_TILE_ROWS";
-
-/// Rows of a unit's tile in the wide products ([`TILE_ROWS_VAR`]).
-fn wide_tile_rows() -> usize {
-    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| match std::env::var(TILE_ROWS_VAR).as_deref().map(str::trim) {
-        Ok("8") => 8,
-        _ => 4,
-    })
-}
-
 /// Shared memory a cube may hold its slots in: the device's maximum, or less where
 /// [`RESIDENT_BYTES_VAR`] says so (a value that is not a byte count is ignored).
 fn resident_limit(device_max: usize) -> usize {
@@ -148,8 +135,6 @@ struct Layout {
     /// Whether products and combinations read and write the resident slots four floats at a
     /// time (compile-time in the kernels): n a multiple of 4 on a backend that allows it.
     wide: bool,
-    /// Rows of a unit's output tile in the wide products (4 or 8; compile-time), each 4 columns.
-    tile_rows: usize,
     /// Units per cube (a power of two from 32 to [`MAX_UNITS`]).
     units: usize,
     /// Cubes launched.
@@ -199,9 +184,8 @@ impl Layout {
                 .max(n)
         };
         let wide = resident > 0 && n % 4 == 0 && wide_reads(client);
-        let tile_rows = if wide { wide_tile_rows() } else { 4 };
-        let tiles = n.div_ceil(tile_rows) * n.div_ceil(4);
-        // A power of two (the pivot search is a tree over the units), one unit per tile.
+        let tiles = n.div_ceil(4).pow(2);
+        // A power of two (the pivot search is a tree over the units), one unit per 4 x 4 tile.
         let units = tiles.next_power_of_two().clamp(32, max_units(client));
         let per_cube = table.slots * n * n * 4;
         // `count` arrives capped by the caller's grid limit.
@@ -215,7 +199,6 @@ impl Layout {
             cap,
             resident,
             wide,
-            tile_rows,
             units,
             grid,
         }
@@ -350,7 +333,6 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
             l.layout.cap,
             l.layout.resident,
             l.layout.wide,
-            l.layout.tile_rows,
         );
     }
     out
@@ -385,7 +367,6 @@ pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> C
             l.layout.cap,
             l.layout.resident,
             l.layout.wide,
-            l.layout.tile_rows,
         );
     }
     out
