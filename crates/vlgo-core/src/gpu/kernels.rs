@@ -11,9 +11,10 @@
 //!
 //! The slots live in shared memory where the device has room for all of them (resident), else
 //! in the cube's part of a device-memory workspace, whose products stage k-slabs of their
-//! operands in shared memory. Every unit accumulates a 4 x 4 tile of a product in registers. A
-//! product or combination writes slots that other units of the cube read next, so each ends
-//! with `sync_storage` + `sync_cube`. Loops and
+//! operands in shared memory. Every unit accumulates a 4 x 4 tile of a product in registers; on
+//! CUDA, resident slots are read and written four floats at a time (`wide`). A product or
+//! combination writes slots that other units of the cube read next, so each ends with a barrier
+//! (`sync_cube`, and `sync_storage` where the slots lie in device memory). Loops and
 //! branches that contain barriers depend only on values that are the same for the whole cube
 //! (the program, and the plan at the cube's own matrix), so the barriers sit in uniform control
 //! flow.
@@ -71,9 +72,32 @@ pub(crate) fn plan_kernel(
     let units = CUBE_DIM as usize;
     let mut top = SharedMemory::<f32>::new(MAX_UNITS);
     let mut bad = SharedMemory::<f32>::new(MAX_UNITS);
+    let mut part = SharedMemory::<f32>::new(MAX_UNITS);
+    // Where the cube has at least twice as many units as columns, `groups` units share a
+    // column, each summing every groups-th entry (a quarter of the dependent reads at n = 64
+    // and 256 units), and the column's partial sums are added after a barrier.
+    let groups = max(units / n, 1);
     let mut mat = CUBE_POS;
     while mat < count {
         let src = mat * nn;
+        if groups > 1 {
+            let g = tid / n;
+            let mut s = f32::new(0.0);
+            if g < groups {
+                let j = tid % n;
+                let mut i = g;
+                while i < n {
+                    let mut v = a[src + i * n + j];
+                    if comptime!(rows) {
+                        v = a[src + j * n + i];
+                    }
+                    s += v.abs();
+                    i += groups;
+                }
+            }
+            part[tid] = s;
+            sync_cube();
+        }
         let mut best = f32::new(0.0);
         // Non-finite sums are recognised by their exponent bits: WGSL lets a compiler assume
         // that no NaN or Inf exists, so float comparisons and `is_nan` may be folded away.
@@ -83,12 +107,18 @@ pub(crate) fn plan_kernel(
         let mut j = tid;
         while j < n {
             let mut s = f32::new(0.0);
-            for i in 0..n {
-                let mut v = a[src + i * n + j];
-                if comptime!(rows) {
-                    v = a[src + j * n + i];
+            if groups > 1 {
+                for g in 0..groups {
+                    s += part[g * n + j];
                 }
-                s += v.abs();
+            } else {
+                for i in 0..n {
+                    let mut v = a[src + i * n + j];
+                    if comptime!(rows) {
+                        v = a[src + j * n + i];
+                    }
+                    s += v.abs();
+                }
             }
             let bits = u32::reinterpret(s);
             if (bits & 0x7f80_0000u32) == 0x7f80_0000u32 {
@@ -150,7 +180,28 @@ pub(crate) fn plan_kernel(
     }
 }
 
-/// work[dst..] = scale * src[offset..] (or its transpose).
+/// Entries of `src` a unit reads before it writes them: each read waits on device memory, and
+/// the one or two cubes on a multiprocessor would otherwise wait for each in turn.
+const LOAD_DEPTH: usize = 8;
+
+/// src[offset + e], or the entry at the transposed position.
+#[cube]
+fn read_entry(
+    src: &Tensor<f32>,
+    offset: usize,
+    e: usize,
+    n: usize,
+    #[comptime] transpose: bool,
+) -> f32 {
+    if comptime!(transpose) {
+        src[offset + (e % n) * n + e / n]
+    } else {
+        src[offset + e]
+    }
+}
+
+/// work[dst..] = scale * src[offset..] (or its transpose), [`LOAD_DEPTH`] reads in flight per
+/// unit.
 #[cube]
 fn load_scaled(
     src: &Tensor<f32>,
@@ -162,14 +213,24 @@ fn load_scaled(
     #[comptime] transpose: bool,
     #[comptime] staged: bool,
 ) {
+    let units = CUBE_DIM as usize;
+    let nn = n * n;
     let mut e = UNIT_POS as usize;
-    while e < n * n {
-        let mut v = src[offset + e];
-        if comptime!(transpose) {
-            v = src[offset + (e % n) * n + e / n];
+    while e + (LOAD_DEPTH - 1) * units < nn {
+        let mut v = Array::<f32>::new(LOAD_DEPTH);
+        #[unroll]
+        for u in 0..LOAD_DEPTH {
+            v[u] = read_entry(src, offset, e + u * units, n, transpose);
         }
-        work[dst + e] = v * scale;
-        e += CUBE_DIM as usize;
+        #[unroll]
+        for u in 0..LOAD_DEPTH {
+            work[dst + e + u * units] = v[u] * scale;
+        }
+        e += LOAD_DEPTH * units;
+    }
+    while e < nn {
+        work[dst + e] = read_entry(src, offset, e, n, transpose) * scale;
+        e += units;
     }
     barrier(staged);
 }
@@ -449,6 +510,9 @@ fn fma_block(acc: &mut Array<f32>, a: &Array<F4>, b: &Array<F4>) {
 
 /// Writes the 4 x 4 tile `acc` at vector index `at` (row stride n4), or adds it when
 /// `accumulate` is 1.
+// `x = x + y` on vectors, the form that ran on CUDA (compound assignment on a CubeCL vector was
+// not run there).
+#[allow(clippy::assign_op_pattern)]
 #[cube]
 fn write_tile(
     wv: &mut Slice<F4, ReadWrite>,
@@ -632,6 +696,9 @@ fn matmul_tangent_wide(
 
 /// [`combine`] four floats at a time (`wide`, as [`matmul_wide`]): a unit's coefficient tests,
 /// reads and index arithmetic serve four entries.
+// `x = x + y` on vectors, the form that ran on CUDA (compound assignment on a CubeCL vector was
+// not run there).
+#[allow(clippy::assign_op_pattern)]
 #[cube]
 fn combine_wide(
     work: &mut Slice<f32, ReadWrite>,
@@ -1149,7 +1216,8 @@ pub(crate) fn expm_kernel(
     #[comptime] wide: bool,
 ) {
     run(
-        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, MODE_EXPM,
+        a, a, a, a, plan, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide,
+        MODE_EXPM,
     );
 }
 
@@ -1213,7 +1281,8 @@ pub(crate) fn expmv_dense_kernel(
     #[comptime] wide: bool,
 ) {
     run(
-        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide, MODE_DENSE,
+        a, a, v, v, routes, plan, ops, vals, out, work, n, slots, slab, cap, resident, wide,
+        MODE_DENSE,
     );
 }
 

@@ -183,7 +183,7 @@ impl Layout {
                 .min(n.next_power_of_two().max(64) * 32)
                 .max(n)
         };
-        let wide = resident > 0 && n % 4 == 0 && wide_reads(client);
+        let wide = resident > 0 && n.is_multiple_of(4) && wide_reads(client);
         let tiles = n.div_ceil(4).pow(2);
         // A power of two (the pivot search is a tree over the units), one unit per 4 x 4 tile.
         let units = tiles.next_power_of_two().clamp(32, max_units(client));

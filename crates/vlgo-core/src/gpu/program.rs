@@ -4,7 +4,8 @@
 //! gets one of a few n x n workspace slots, reusing a slot once its value is dead, and each step
 //! becomes a row of the `ops` table (kind, destination, up to five source slots, a flag) with
 //! its coefficients in the same row of `vals`. The forward adds Padé's solve; the Fréchet
-//! derivative interleaves forward mode (d(PQ) = dP Q + P dQ) with the scheme. A header indexed
+//! derivative interleaves forward mode (d(PQ) = dP Q + P dQ) with the scheme, each product and
+//! its tangent in one row. A header indexed
 //! by degree gives each program's first row, length and result slots, so the device picks a
 //! program per matrix from the plan without the host.
 
@@ -280,12 +281,8 @@ fn fuse_tangents(rows: Vec<([u32; ROW], [f32; ROW])>) -> Vec<([u32; ROW], [f32; 
             let mul = |r: &[u32; ROW], flag: u32| r[0] == KIND_MUL && r[7] == flag;
             let (o, p, q) = (r0[1], r0[2], r0[3]);
             let (d, dp, dq) = (r1[1], r1[2], r2[3]);
-            let pattern = mul(r0, 0)
-                && mul(r1, 0)
-                && mul(r2, 1)
-                && r1[3] == q
-                && r2[1] == d
-                && r2[2] == p;
+            let pattern =
+                mul(r0, 0) && mul(r1, 0) && mul(r2, 1) && r1[3] == q && r2[1] == d && r2[2] == p;
             let apart = o != d && [p, q, dp, dq].iter().all(|s| *s != o && *s != d);
             if pattern && apart {
                 let mut row = [0u32; ROW];
