@@ -6,7 +6,8 @@
 //! device; [`expm_kernel`] and [`frechet_kernel`] then run that degree's program and the
 //! squarings. Matrix size, degree and k-slab width are run-time values: a shader is compiled per
 //! workgroup size (32 to 256 units, by n), per power of two of n above 64 and, where the slots
-//! are resident, per power of two of n^2, not per n and degree (a per-size shader took seconds
+//! are resident, per power of two of n^2 and (on CUDA) whether n is a multiple of 4, not per n
+//! and degree (a per-size shader took seconds
 //! to compile on software Vulkan, and each inlined product multiplied the shader's size).
 //!
 //! The slots live in shared memory where the device has room for all of them (resident), else
@@ -561,7 +562,7 @@ fn matmul_wide(
     let n4 = n / 4;
     let tiles = n4 * n4;
     let rounds = tiles.div_ceil(units);
-    // Slots start at multiples of 4 floats (their size is a power of two of n^2 >= 16).
+    // Slots start at multiples of 4 floats: n is a multiple of 4, so n^2 of 16.
     let (a4, b4, c4) = (a / 4, b / 4, c / 4);
     for round in 0..rounds {
         let tile = round * units + tid;
@@ -590,7 +591,8 @@ fn matmul_wide(
                 read_rows(&wv, &ra, k4 + 1, &mut a1);
                 read_block(&wv, col, k4 + 1, n4, &mut b1);
                 fma_block(&mut acc, &a0, &b0);
-                // The last pair reads its first block again (in bounds, unused).
+                // The last pair reads block n4 - 1 again (in bounds, unused: a sixteenth of the
+                // reads at n = 64).
                 let next = min(k4 + 2, n4 - 1);
                 read_rows(&wv, &ra, next, &mut a0);
                 read_block(&wv, col, next, n4, &mut b0);
@@ -946,6 +948,10 @@ fn store_matvec(
 /// is below the batch, every slot below the table's count, shared arrays within their
 /// compile-time sizes (`Layout`), and the loops are bounded by n, the program and the plan's
 /// squarings.
+///
+/// `wide` is set only with resident slots (`resident` > 0) and n a multiple of 4 (`Layout`): the
+/// wide kernels read shared memory as vectors and end with the cube barrier alone. Only the
+/// Fréchet programs have tangent rows (`program` tests it).
 #[cube]
 fn run(
     a: &Tensor<f32>,

@@ -70,7 +70,8 @@ const SHARED_MARGIN: usize = 512;
 pub const RESIDENT_BYTES_VAR: &str = "VLGO_GPU_RESIDENT_BYTES";
 
 /// Environment variable: `0` keeps the interpreter's products and combinations on scalar reads
-/// where they would read four floats at a time (see [`Layout`]). For benchmarks and diagnosis.
+/// where they would read four floats at a time (on CUDA, with resident slots and n a multiple of
+/// 4). Read once per process. For benchmarks and diagnosis.
 pub const WIDE_VAR: &str = "VLGO_GPU_WIDE";
 
 /// Whether the interpreter may read resident slots four floats at a time on this backend:

@@ -5,7 +5,7 @@
 //! becomes a row of the `ops` table (kind, destination, up to five source slots, a flag) with
 //! its coefficients in the same row of `vals`. The forward adds Padé's solve; the Fréchet
 //! derivative interleaves forward mode (d(PQ) = dP Q + P dQ) with the scheme, each product and
-//! its tangent in one row. A header indexed
+//! its tangent in one row (whose last slot field is the tangent's destination). A header indexed
 //! by degree gives each program's first row, length and result slots, so the device picks a
 //! program per matrix from the plan without the host.
 
@@ -545,13 +545,15 @@ mod tests {
         // Every product of a Fréchet program has its tangent: none is left unmerged.
         assert!(kinds.contains(&KIND_TANGENT));
         assert!(!kinds.contains(&KIND_MUL), "{kinds:?}");
-        // A forward program has no tangents.
-        let forward = &forward_table(ExpmMethod::Taylor).ops_bytes;
-        let kinds: Vec<u32> = forward[HEADER * 4..]
-            .chunks(ROW * 4)
-            .map(|row| u32::from_le_bytes([row[0], row[1], row[2], row[3]]))
-            .collect();
-        assert!(kinds.contains(&KIND_MUL) && !kinds.contains(&KIND_TANGENT));
+        // A forward program has no tangents (the kernels run them only in derivative modes).
+        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+            let forward = &forward_table(method).ops_bytes;
+            let kinds: Vec<u32> = forward[HEADER * 4..]
+                .chunks(ROW * 4)
+                .map(|row| u32::from_le_bytes([row[0], row[1], row[2], row[3]]))
+                .collect();
+            assert!(kinds.contains(&KIND_MUL) && !kinds.contains(&KIND_TANGENT));
+        }
     }
 
     #[test]

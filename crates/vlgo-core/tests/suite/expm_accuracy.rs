@@ -312,7 +312,8 @@ fn rank_generic_form_matches_the_batched_one() {
 
 /// The backend's own kernel (CubeCL on `wgpu` / `cuda`, the cache-resident one on the CPU
 /// backends) against the portable tensor-op path, forward and adjoint: sizes that do and do not
-/// fill the GPU kernels' 4 x 4 tiles, every degree branch and several squarings, and a batch of
+/// fill the GPU kernels' 4 x 4 tiles (on CUDA, n = 4 and 12 take the wide products' single and
+/// odd last blocks of four k), every degree branch and several squarings, and a batch of
 /// tiny matrices larger than the GPU kernels' grid, so cubes walk over several matrices. A kernel
 /// that failed to compile would give garbage here. The tensor-op path runs on NdArray: on an
 /// H100, Burn's `cuda` matmul rounds f32 products to TF32 (about 1e-4 relative), which would make
@@ -323,7 +324,7 @@ fn the_backend_kernel_equals_the_tensor_op_path() {
     use vlgo_core::expm::tensor_ops;
     let mut g = rng(17);
     let norms = [0.01, 0.3, 1.0, 1.7, 2.5, 3.5, 9.0, 30.0];
-    for (n, count) in [(2, 1100), (5, 8), (64, 4)] {
+    for (n, count) in [(2, 1100), (4, 8), (5, 8), (12, 8), (64, 4)] {
         let data: Vec<f64> = (0..count)
             .flat_map(|k| random_matrix(&mut g, n, norms[k % norms.len()]))
             .collect();
