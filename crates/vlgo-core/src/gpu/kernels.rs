@@ -1070,6 +1070,9 @@ fn run(
                     s5 = ndt;
                 }
                 if kind == KIND_MUL || kind == KIND_TANGENT {
+                    // The tangent kernel only in derivative shaders: its registers (175 per unit
+                    // on CUDA) would otherwise be the forward's too and halve its cubes per
+                    // multiprocessor.
                     if comptime!(wide && frechet) {
                         if kind == KIND_TANGENT {
                             matmul_tangent_wide(

@@ -36,6 +36,8 @@ pub use expmv::{
 };
 pub(crate) use taylor::ROUTE_STRIDE;
 
+use std::sync::OnceLock;
+
 use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl;
 use burn_cubecl::kernel::into_contiguous;
@@ -78,21 +80,21 @@ pub const WIDE_VAR: &str = "VLGO_GPU_WIDE";
 /// CubeCL reinterprets shared memory as vectors on CUDA only (not on WebGPU), and
 /// [`WIDE_VAR`] = `0` turns it off.
 fn wide_reads<R: CubeRuntime>(client: &ComputeClient<R>) -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var(WIDE_VAR).is_ok_and(|v| v.trim() == "0"));
-    !off && R::name(client) == "cuda"
+    static WIDE: OnceLock<Option<usize>> = OnceLock::new();
+    setting(&WIDE, WIDE_VAR) != Some(0) && R::name(client) == "cuda"
 }
 
 /// Shared memory a cube may hold its slots in: the device's maximum, or less where
 /// [`RESIDENT_BYTES_VAR`] says so (a value that is not a byte count is ignored).
 fn resident_limit(device_max: usize) -> usize {
-    static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let set = *LIMIT.get_or_init(|| {
-        std::env::var(RESIDENT_BYTES_VAR)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-    });
-    set.map_or(device_max, |limit| limit.min(device_max))
+    static LIMIT: OnceLock<Option<usize>> = OnceLock::new();
+    setting(&LIMIT, RESIDENT_BYTES_VAR).map_or(device_max, |limit| limit.min(device_max))
+}
+
+/// The number in environment variable `var`, read once per process into `cell` (`None` where
+/// it is unset or not a number).
+fn setting(cell: &OnceLock<Option<usize>>, var: &str) -> Option<usize> {
+    *cell.get_or_init(|| std::env::var(var).ok().and_then(|v| v.trim().parse().ok()))
 }
 
 /// Whether the kernels take this tensor: f32 [N, n, n] with 1 <= n <= [`MAX_N`].
