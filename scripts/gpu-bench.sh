@@ -19,6 +19,10 @@ run() {
 }
 bench() { run cargo bench -q -p vlgo-core --bench gpu --features cuda -- --only cuda "$@"; }
 bench --tensor-ops
+# The backward that recomputes the Taylor scheme, against the default one from the forward's
+# checkpoint (the run above).
+echo "== VLGO_GPU_CHECKPOINT=0"
+VLGO_GPU_CHECKPOINT=0 bench
 bench --matrices 81920 --reps 3
 bench --best-of 100 --reps 3
 

@@ -21,14 +21,16 @@ use super::{ExpmMethod, ExpmvConfig};
 struct ExpmBackward;
 
 impl<B: ExpmBackend> Backward<B, 1> for ExpmBackward {
-    type State = (FloatTensor<B>, ExpmMethod);
+    /// A, the method, and the inner backend's checkpoint where it keeps one.
+    type State = (FloatTensor<B>, ExpmMethod, Option<FloatTensor<B>>);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_a] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
         if let Some(node) = node_a {
-            let (a, method) = ops.state;
-            grads.register::<B>(node.id, B::expm_backward(a, grad, method));
+            let (a, method, checkpoint) = ops.state;
+            let abar = B::expm_backward_checkpointed(a, grad, method, checkpoint);
+            grads.register::<B>(node.id, abar);
         }
     }
 }
@@ -71,8 +73,8 @@ impl<B: ExpmBackend, C: CheckpointStrategy> ExpmBackend for Autodiff<B, C> {
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let out = B::expm(a.primitive.clone(), method);
-                prep.finish((a.primitive, method), out)
+                let (out, checkpoint) = B::expm_checkpointed(a.primitive.clone(), method);
+                prep.finish((a.primitive, method, checkpoint), out)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::expm(a.primitive, method)),
         }

@@ -75,6 +75,42 @@ pub trait ExpmBackend: Backend {
         ))
     }
 
+    /// Floats of the checkpoint that [`ExpmBackend::expm_checkpointed`] keeps on `device` for A
+    /// of this dtype and shape, or `None` where it keeps none. Wrappers (fusion) ask it to
+    /// declare the checkpoint before the inner backend computes it.
+    #[doc(hidden)]
+    fn expm_checkpoint_floats(
+        _device: &Self::Device,
+        _dtype: burn::tensor::DType,
+        _shape: &burn::tensor::Shape,
+        _method: ExpmMethod,
+    ) -> Option<usize> {
+        None
+    }
+
+    /// exp(A) together with what its backward needs beyond A, where the backend keeps such a
+    /// checkpoint (the GPU kernels keep the Taylor scheme's products, so that the backward
+    /// need not recompute them); `None` otherwise. Autodiff calls it for a tracked A.
+    #[doc(hidden)]
+    fn expm_checkpointed(
+        a: FloatTensor<Self>,
+        method: ExpmMethod,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        (Self::expm(a, method), None)
+    }
+
+    /// [`ExpmBackend::expm_backward`] with the checkpoint of
+    /// [`ExpmBackend::expm_checkpointed`].
+    #[doc(hidden)]
+    fn expm_backward_checkpointed(
+        a: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        method: ExpmMethod,
+        _checkpoint: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        Self::expm_backward(a, grad, method)
+    }
+
     /// exp(A) v for A [N, n, n], v [N, n].
     fn expmv(a: FloatTensor<Self>, v: FloatTensor<Self>, config: ExpmvConfig) -> FloatTensor<Self> {
         unwrap(Self::expmv_checkpointed(a, v, config).0)
@@ -231,6 +267,41 @@ where
         }
     }
 
+    fn expm_checkpoint_floats(
+        device: &Self::Device,
+        dtype: burn::tensor::DType,
+        shape: &burn::tensor::Shape,
+        method: ExpmMethod,
+    ) -> Option<usize> {
+        crate::gpu::checkpoint_floats(&R::client(device), dtype, shape, method)
+    }
+
+    fn expm_checkpointed(
+        a: FloatTensor<Self>,
+        method: ExpmMethod,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        if crate::gpu::checkpoint_floats(&a.client, a.dtype, a.meta.shape(), method).is_some() {
+            let (out, checkpoint) = crate::gpu::expm_checkpointed(a);
+            (out, Some(checkpoint))
+        } else {
+            (Self::expm(a, method), None)
+        }
+    }
+
+    fn expm_backward_checkpointed(
+        a: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        method: ExpmMethod,
+        checkpoint: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        match checkpoint {
+            Some(checkpoint) if grad.dtype == a.dtype => {
+                crate::gpu::expm_backward_checkpointed(a, grad, checkpoint)
+            }
+            _ => Self::expm_backward(a, grad, method),
+        }
+    }
+
     fn has_expmv_kernel(dtype: burn::tensor::DType, shape: &burn::tensor::Shape) -> bool {
         crate::gpu::expmv_takes(dtype, shape)
     }
@@ -373,12 +444,25 @@ mod fusion {
         }
     }
 
-    /// exp(A) (one input) or its adjoint (inputs A and the upstream gradient).
+    /// What an [`ExpmOp`] computes, with its inputs and outputs.
+    #[derive(Debug, Clone, Copy)]
+    enum Pass {
+        /// A -> exp(A).
+        Forward,
+        /// A -> exp(A) and the inner backend's checkpoint.
+        Checkpointed,
+        /// A, the upstream gradient -> the adjoint of A.
+        Backward,
+        /// A, the upstream gradient, the checkpoint -> the adjoint of A.
+        BackwardCheckpointed,
+    }
+
+    /// The exponential or its adjoint, as [`Pass`] says.
     #[derive(Debug)]
     struct ExpmOp<B> {
         desc: CustomOpIr,
         method: ExpmMethod,
-        backward: bool,
+        pass: Pass,
         _backend: core::marker::PhantomData<B>,
     }
 
@@ -387,18 +471,64 @@ mod fusion {
             &self,
             handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
         ) {
-            let out = if self.backward {
-                let ([a, grad], [out]) = self.desc.as_fixed();
-                let a = handles.get_float_tensor::<B>(a);
-                let grad = handles.get_float_tensor::<B>(grad);
-                (B::expm_backward(a, grad, self.method), out)
-            } else {
-                let ([a], [out]) = self.desc.as_fixed();
-                let a = handles.get_float_tensor::<B>(a);
-                (B::expm(a, self.method), out)
+            let method = self.method;
+            let (result, out) = match self.pass {
+                Pass::Forward => {
+                    let ([a], [out]) = self.desc.as_fixed();
+                    (B::expm(handles.get_float_tensor::<B>(a), method), out)
+                }
+                Pass::Checkpointed => {
+                    let ([a], [out, checkpoint]) = self.desc.as_fixed();
+                    let (result, saved) =
+                        B::expm_checkpointed(handles.get_float_tensor::<B>(a), method);
+                    let saved = saved.expect("the inner backend keeps the checkpoint it declared");
+                    handles.register_float_tensor::<B>(&checkpoint.id, saved);
+                    (result, out)
+                }
+                Pass::Backward => {
+                    let ([a, grad], [out]) = self.desc.as_fixed();
+                    let a = handles.get_float_tensor::<B>(a);
+                    let grad = handles.get_float_tensor::<B>(grad);
+                    (B::expm_backward(a, grad, method), out)
+                }
+                Pass::BackwardCheckpointed => {
+                    let ([a, grad, checkpoint], [out]) = self.desc.as_fixed();
+                    let a = handles.get_float_tensor::<B>(a);
+                    let grad = handles.get_float_tensor::<B>(grad);
+                    let saved = handles.get_float_tensor::<B>(checkpoint);
+                    (
+                        B::expm_backward_checkpointed(a, grad, method, Some(saved)),
+                        out,
+                    )
+                }
             };
-            handles.register_float_tensor::<B>(&out.1.id, out.0);
+            handles.register_float_tensor::<B>(&out.id, result);
         }
+    }
+
+    /// Records `op` with `inputs` and `outputs` (dtype and shape each) on `client`'s stream.
+    fn record<B: FusionBackend + ExpmBackend, const O: usize>(
+        name: &'static str,
+        inputs: Vec<FloatTensor<Fusion<B>>>,
+        outputs: [(burn::tensor::DType, Shape); O],
+        method: ExpmMethod,
+        pass: Pass,
+    ) -> [FloatTensor<Fusion<B>>; O] {
+        let client = inputs[0].client.clone();
+        let streams = OperationStreams::with_inputs(inputs.iter());
+        let outputs = outputs
+            .map(|(dtype, shape)| TensorIr::uninit(client.create_empty_handle(), shape, dtype));
+        let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new(name, &inputs, &outputs);
+        let op = ExpmOp::<B> {
+            desc: desc.clone(),
+            method,
+            pass,
+            _backend: core::marker::PhantomData,
+        };
+        client
+            .register(streams, OperationIr::Custom(desc), op)
+            .outputs()
     }
 
     impl<B: FusionBackend + ExpmBackend> ExpmBackend for Fusion<B> {
@@ -410,19 +540,65 @@ mod fusion {
             if !B::has_expm_kernel(a.dtype, &a.shape) {
                 return unwrap(tensor_ops::expm::<Self>(wrap(a), method));
             }
-            let client = a.client.clone();
-            let streams = OperationStreams::with_inputs([&a]);
-            let out = TensorIr::uninit(client.create_empty_handle(), a.shape.clone(), a.dtype);
-            let desc = CustomOpIr::new("vlgo_expm", &[a.into_ir()], &[out]);
-            let op = ExpmOp::<B> {
-                desc: desc.clone(),
-                method,
-                backward: false,
-                _backend: core::marker::PhantomData,
+            let out = (a.dtype, a.shape.clone());
+            let [out] = record::<B, 1>("vlgo_expm", vec![a], [out], method, Pass::Forward);
+            out
+        }
+
+        fn expm_checkpoint_floats(
+            device: &Self::Device,
+            dtype: burn::tensor::DType,
+            shape: &Shape,
+            method: ExpmMethod,
+        ) -> Option<usize> {
+            B::expm_checkpoint_floats(device, dtype, shape, method)
+        }
+
+        fn expm_checkpointed(
+            a: FloatTensor<Self>,
+            method: ExpmMethod,
+        ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+            let floats = B::has_expm_kernel(a.dtype, &a.shape)
+                .then(|| B::expm_checkpoint_floats(a.client.device(), a.dtype, &a.shape, method))
+                .flatten();
+            let Some(floats) = floats else {
+                return (Self::expm(a, method), None);
             };
-            client
-                .register(streams, OperationIr::Custom(desc), op)
-                .output()
+            let outputs = [
+                (a.dtype, a.shape.clone()),
+                (burn::tensor::DType::F32, Shape::new([floats])),
+            ];
+            let [out, checkpoint] = record::<B, 2>(
+                "vlgo_expm_checkpointed",
+                vec![a],
+                outputs,
+                method,
+                Pass::Checkpointed,
+            );
+            (out, Some(checkpoint))
+        }
+
+        fn expm_backward_checkpointed(
+            a: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            method: ExpmMethod,
+            checkpoint: Option<FloatTensor<Self>>,
+        ) -> FloatTensor<Self> {
+            let Some(checkpoint) = checkpoint else {
+                return Self::expm_backward(a, grad, method);
+            };
+            if grad.dtype != a.dtype {
+                return Self::expm_backward(a, grad, method);
+            }
+            let out = (a.dtype, a.shape.clone());
+            let [out] = record::<B, 1>(
+                "vlgo_expm_backward_checkpointed",
+                vec![a, grad, checkpoint],
+                [out],
+                method,
+                Pass::BackwardCheckpointed,
+            );
+            out
         }
 
         fn expm_backward(
@@ -434,20 +610,15 @@ mod fusion {
                 let (a, grad) = (wrap(a), wrap(grad));
                 return unwrap(tensor_ops::expm_backward::<Self>(a, grad, method));
             }
-            let client = a.client.clone();
-            let streams = OperationStreams::with_inputs([&a, &grad]);
-            let out = TensorIr::uninit(client.create_empty_handle(), a.shape.clone(), a.dtype);
-            let desc =
-                CustomOpIr::new("vlgo_expm_backward", &[a.into_ir(), grad.into_ir()], &[out]);
-            let op = ExpmOp::<B> {
-                desc: desc.clone(),
+            let out = (a.dtype, a.shape.clone());
+            let [out] = record::<B, 1>(
+                "vlgo_expm_backward",
+                vec![a, grad],
+                [out],
                 method,
-                backward: true,
-                _backend: core::marker::PhantomData,
-            };
-            client
-                .register(streams, OperationIr::Custom(desc), op)
-                .output()
+                Pass::Backward,
+            );
+            out
         }
 
         fn has_expmv_kernel(dtype: burn::tensor::DType, shape: &burn::tensor::Shape) -> bool {

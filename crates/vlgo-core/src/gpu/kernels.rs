@@ -27,7 +27,7 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::program::{ENTRY, HEADER, KIND_COMBINE, KIND_MUL, KIND_TANGENT, ROW};
+use super::program::{ENTRY, HEADER, KIND_COMBINE, KIND_MUL, KIND_SOLVE, KIND_TANGENT, ROW, SAVED};
 use super::taylor::{ROUTE_DENSE, ROUTE_STRIDE, is_kind};
 
 /// Entries per matrix in the plan buffer: scale 2^-s (a NaN for a non-finite matrix), s,
@@ -236,7 +236,7 @@ fn load_scaled(
     barrier(staged);
 }
 
-/// out[offset..] = work[src..].
+/// out[offset..] = work[src..], or its transpose.
 #[cube]
 fn store(
     work: &Slice<f32, ReadWrite>,
@@ -244,11 +244,16 @@ fn store(
     out: &mut Tensor<f32>,
     offset: usize,
     n: usize,
+    #[comptime] transpose: bool,
     #[comptime] staged: bool,
 ) {
     let mut e = UNIT_POS as usize;
     while e < n * n {
-        out[offset + e] = work[src + e];
+        if comptime!(transpose) {
+            out[offset + e] = work[src + (e % n) * n + e / n];
+        } else {
+            out[offset + e] = work[src + e];
+        }
         e += CUBE_DIM as usize;
     }
     barrier(staged);
@@ -323,6 +328,17 @@ fn combine(
         }
     }
     barrier(staged);
+}
+
+/// out[to..to + PLAN_STRIDE] = plans[at..], by the cube's first unit.
+#[cube]
+fn copy_plan(plans: &Slice<f32>, at: usize, out: &mut Tensor<f32>, to: usize) {
+    if UNIT_POS == 0 {
+        #[unroll]
+        for k in 0..PLAN_STRIDE {
+            out[to + k] = plans[at + k];
+        }
+    }
 }
 
 /// work[c] = work[a] work[b], or += when `accumulate` is 1; `c` must differ from `a` and `b`.
@@ -889,6 +905,30 @@ pub(crate) const MODE_FRECHET: u32 = 1;
 pub(crate) const MODE_DENSE: u32 = 2;
 /// Their adjoints: L(A^T, g v^T) then exp(A)^T g, [n * n + n] per matrix.
 pub(crate) const MODE_DENSE_BACKWARD: u32 = 3;
+/// exp(A) with Taylor, and the checkpoint of the derivative: `out` is the whole checkpoint
+/// (the results, then the plans, then the saved products: [`checkpoint_len`]).
+pub(crate) const MODE_EXPM_SAVE: u32 = 4;
+/// L(A^T, G) from a checkpoint of [`MODE_EXPM_SAVE`] (in `v`): L(A, G^T)^T by forward mode at
+/// X = 2^-s A, E = 2^-s G^T with the forward's plan, its products loaded rather than recomputed.
+pub(crate) const MODE_FRECHET_SAVED: u32 = 5;
+
+/// Floats of the checkpoint of `count` n x n matrices: their exponentials, plans and saved
+/// products.
+pub(crate) fn checkpoint_len(count: usize, n: usize) -> usize {
+    count * (n * n + PLAN_STRIDE + SAVED * n * n)
+}
+
+/// Where a checkpoint holds matrix `mat`'s plan (after the `count` exponentials).
+#[cube]
+fn saved_plan(count: usize, nn: usize, mat: usize) -> usize {
+    count * nn + mat * PLAN_STRIDE
+}
+
+/// Where a checkpoint holds matrix `mat`'s saved product `k` (after the plans).
+#[cube]
+fn saved_product(count: usize, nn: usize, mat: usize, k: usize) -> usize {
+    count * (nn + PLAN_STRIDE) + (mat * SAVED + k) * nn
+}
 
 /// work[dst..] = scale * g v^T (row i of the outer product is g_i v^T).
 #[cube]
@@ -951,7 +991,9 @@ fn store_matvec(
 ///
 /// `wide` is set only with resident slots (`resident` > 0) and n a multiple of 4 (`Layout`): the
 /// wide kernels read shared memory as vectors and end with the cube barrier alone. Only the
-/// Fréchet programs have tangent rows (`program` tests it).
+/// Fréchet programs have tangent rows, only the checkpointing forward store rows and only the
+/// derivative from a checkpoint load rows (`program` tests it); a checkpoint holds
+/// [`checkpoint_len`] floats.
 #[cube]
 fn run(
     a: &Tensor<f32>,
@@ -972,8 +1014,12 @@ fn run(
     #[comptime] wide: bool,
     #[comptime] mode: u32,
 ) {
-    let frechet = comptime!(mode == MODE_FRECHET || mode == MODE_DENSE_BACKWARD);
+    let frechet = comptime!(
+        mode == MODE_FRECHET || mode == MODE_DENSE_BACKWARD || mode == MODE_FRECHET_SAVED
+    );
     let vectors = comptime!(mode == MODE_DENSE || mode == MODE_DENSE_BACKWARD);
+    let saving = comptime!(mode == MODE_EXPM_SAVE);
+    let from_saved = comptime!(mode == MODE_FRECHET_SAVED);
     let n = n as usize;
     let nn = n * n;
     let count = a.len() / nn;
@@ -1002,11 +1048,25 @@ fn run(
     let mut arg = SharedMemory::<f32>::new(comptime!(if cap > 0 { MAX_UNITS } else { 1 }));
     let mut mat = CUBE_POS;
     while mat < count {
-        let at = mat * PLAN_STRIDE;
-        let scale = plan[at];
-        let squarings = u32::cast_from(plan[at + 1]) as usize;
-        let degree = u32::cast_from(plan[at + 2]) as usize;
-        let mut take = plan[at + 3] > f32::new(0.5);
+        // The plan: the planning kernel's, or (from a checkpoint) the forward's, so that the
+        // derivative is that of the exponential the forward computed.
+        let plans = if comptime!(from_saved) {
+            v.to_slice()
+        } else {
+            plan.to_slice()
+        };
+        let at = if comptime!(from_saved) {
+            saved_plan(count, nn, mat)
+        } else {
+            mat * PLAN_STRIDE
+        };
+        let scale = plans[at];
+        let squarings = u32::cast_from(plans[at + 1]) as usize;
+        let degree = u32::cast_from(plans[at + 2]) as usize;
+        let mut take = plans[at + 3] > f32::new(0.5);
+        if comptime!(saving) {
+            copy_plan(&plans, at, out, saved_plan(count, nn, mat));
+        }
         if comptime!(vectors) {
             take = is_kind(routes[mat * ROUTE_STRIDE], ROUTE_DENSE);
         }
@@ -1014,6 +1074,9 @@ fn run(
             if comptime!(mode == MODE_DENSE_BACKWARD) {
                 load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, true, staged);
                 load_outer(u, v, mat * n, &mut slot_view, nn, scale, n, staged);
+            } else if comptime!(from_saved) {
+                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, false, staged);
+                load_scaled(g, mat * nn, &mut slot_view, nn, scale, n, true, staged);
             } else {
                 load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, frechet, staged);
                 if comptime!(mode == MODE_FRECHET) {
@@ -1162,7 +1225,7 @@ fn run(
                             staged,
                         );
                     }
-                } else {
+                } else if kind == KIND_SOLVE {
                     let q = s1 * nn;
                     gauss_jordan(
                         &mut slot_view,
@@ -1172,6 +1235,23 @@ fn run(
                         &mut mag,
                         &mut arg,
                         n,
+                        staged,
+                    );
+                } else if comptime!(saving) {
+                    // KIND_STORE: the product in `dst` joins the checkpoint as number s1.
+                    let to = saved_product(count, nn, mat, s1);
+                    store(&slot_view, dst * nn, out, to, n, false, staged);
+                } else if comptime!(from_saved) {
+                    // KIND_LOAD: the forward's product number s1 into `dst`.
+                    let from = saved_product(count, nn, mat, s1);
+                    load_scaled(
+                        v,
+                        from,
+                        &mut slot_view,
+                        dst * nn,
+                        f32::new(1.0),
+                        n,
+                        false,
                         staged,
                     );
                 }
@@ -1186,16 +1266,18 @@ fn run(
                     }
                 }
             }
-            if comptime!(mode == MODE_EXPM) {
-                store(&slot_view, t * nn, out, mat * nn, n, staged);
+            if comptime!(mode == MODE_EXPM || saving) {
+                store(&slot_view, t * nn, out, mat * nn, n, false, staged);
             } else if comptime!(mode == MODE_FRECHET) {
-                store(&slot_view, dt * nn, out, mat * nn, n, staged);
+                store(&slot_view, dt * nn, out, mat * nn, n, false, staged);
+            } else if comptime!(from_saved) {
+                store(&slot_view, dt * nn, out, mat * nn, n, true, staged);
             } else if comptime!(mode == MODE_DENSE) {
                 store_matvec(&slot_view, t * nn, v, mat * n, out, mat * n, n, staged);
             } else {
                 // The slot T holds exp(A^T) = exp(A)^T: vbar = exp(A)^T g is T g.
                 let row = mat * (nn + n);
-                store(&slot_view, dt * nn, out, row, n, staged);
+                store(&slot_view, dt * nn, out, row, n, false, staged);
                 store_matvec(&slot_view, t * nn, u, mat * n, out, row + nn, n, staged);
             }
         } else if comptime!(!vectors) {
@@ -1267,6 +1349,84 @@ pub(crate) fn frechet_kernel(
         resident,
         wide,
         MODE_FRECHET,
+    );
+}
+
+/// exp(A) by Taylor with the checkpoint of its derivative, into `out` [`checkpoint_len`]: the
+/// results, then per matrix its plan and the scheme's products.
+#[cube(launch_unchecked)]
+pub(crate) fn expm_saving_kernel(
+    a: &Tensor<f32>,
+    plan: &Array<f32>,
+    ops: &Array<u32>,
+    vals: &Array<f32>,
+    out: &mut Tensor<f32>,
+    work: &mut Array<f32>,
+    n: u32,
+    slots: u32,
+    #[comptime] slab: usize,
+    #[comptime] cap: usize,
+    #[comptime] resident: usize,
+    #[comptime] wide: bool,
+) {
+    run(
+        a,
+        a,
+        a,
+        a,
+        plan,
+        plan,
+        ops,
+        vals,
+        out,
+        work,
+        n,
+        slots,
+        slab,
+        cap,
+        resident,
+        wide,
+        MODE_EXPM_SAVE,
+    );
+}
+
+/// L(A^T, G) from the checkpoint `saved` of [`expm_saving_kernel`]: its plans and products,
+/// two products per product of the scheme where [`frechet_kernel`] takes three, and no
+/// planning.
+#[cube(launch_unchecked)]
+pub(crate) fn frechet_saved_kernel(
+    a: &Tensor<f32>,
+    g: &Tensor<f32>,
+    saved: &Tensor<f32>,
+    ops: &Array<u32>,
+    vals: &Array<f32>,
+    out: &mut Tensor<f32>,
+    work: &mut Array<f32>,
+    n: u32,
+    slots: u32,
+    #[comptime] slab: usize,
+    #[comptime] cap: usize,
+    #[comptime] resident: usize,
+    #[comptime] wide: bool,
+) {
+    run(
+        a,
+        g,
+        saved,
+        g,
+        vals,
+        vals,
+        ops,
+        vals,
+        out,
+        work,
+        n,
+        slots,
+        slab,
+        cap,
+        resident,
+        wide,
+        MODE_FRECHET_SAVED,
     );
 }
 

@@ -9,6 +9,11 @@
 //!   Taylor scheme and its squarings, which recomputes the forward in the same kernel and stores
 //!   nothing between the passes. Both forward methods use it: each approximates exp to the f32
 //!   bar, so the gradient of either is L(A^T, G) to that accuracy.
+//! * [`expm_checkpointed`] / [`expm_backward_checkpointed`]: what autodiff runs for Taylor. The
+//!   forward also keeps its plan and the scheme's products ([`checkpoint_floats`]); the backward
+//!   loads them instead of recomputing them (two products per product of the scheme where
+//!   [`expm_backward`] takes three, and no planning pass), with the forward's degree and s.
+//!   [`CHECKPOINT_VAR`] = `0` keeps the recomputing backward.
 //!
 //! * [`expmv`] / [`expmv_backward`]: exp(A) v by the truncated Taylor series with shift and early
 //!   termination, per matrix the same route as the CPU and tensor-op paths (the explicit
@@ -76,6 +81,11 @@ pub const RESIDENT_BYTES_VAR: &str = "VLGO_GPU_RESIDENT_BYTES";
 /// 4). Read once per process. For benchmarks and diagnosis.
 pub const WIDE_VAR: &str = "VLGO_GPU_WIDE";
 
+/// Environment variable: `0` makes the Taylor forward under autodiff keep no checkpoint, so that
+/// the backward recomputes the scheme's products (three products per product instead of two,
+/// and a planning pass), for A/B runs and where memory is short. Read once per process.
+pub const CHECKPOINT_VAR: &str = "VLGO_GPU_CHECKPOINT";
+
 /// Whether the interpreter may read resident slots four floats at a time on this backend:
 /// CubeCL reinterprets shared memory as vectors on CUDA only (not on WebGPU), and
 /// [`WIDE_VAR`] = `0` turns it off.
@@ -95,6 +105,32 @@ fn resident_limit(device_max: usize) -> usize {
 /// it is unset or not a number).
 fn setting(cell: &OnceLock<Option<usize>>, var: &str) -> Option<usize> {
     *cell.get_or_init(|| std::env::var(var).ok().and_then(|v| v.trim().parse().ok()))
+}
+
+/// Floats of the checkpoint that [`expm_checkpointed`] keeps for A of `shape` and `dtype`
+/// (exp(A), and per matrix its plan and the Taylor scheme's products: [`program::SAVED`] + 1
+/// n x n matrices and 4 floats), or `None` where it keeps none: Padé (its backward
+/// differentiates the Taylor scheme), input the kernels do not take, an empty batch, a
+/// checkpoint larger than one buffer of the device, or [`CHECKPOINT_VAR`] = `0`.
+pub fn checkpoint_floats<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    dtype: DType,
+    shape: &Shape,
+    method: ExpmMethod,
+) -> Option<usize> {
+    static OFF: OnceLock<Option<usize>> = OnceLock::new();
+    if method != ExpmMethod::Taylor || !takes::<R>(dtype, shape) || shape[0] == 0 {
+        return None;
+    }
+    if setting(&OFF, CHECKPOINT_VAR) == Some(0) {
+        return None;
+    }
+    let floats = kernels::checkpoint_len(shape[0], shape[1]);
+    let fits = (floats as u64)
+        .checked_mul(4)
+        .is_some_and(|bytes| bytes <= client.properties().memory.max_page_size)
+        && floats < u32::MAX as usize;
+    fits.then_some(floats)
 }
 
 /// Whether the kernels take this tensor: f32 [N, n, n] with 1 <= n <= [`MAX_N`].
@@ -336,6 +372,103 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
             l.layout.cap,
             l.layout.resident,
             l.layout.wide,
+        );
+    }
+    out
+}
+
+/// exp(A) by Taylor together with the checkpoint of its derivative (see
+/// [`checkpoint_floats`], which must be `Some`): the checkpoint's first N n^2 floats are
+/// exp(A), which the returned [N, n, n] tensor views.
+pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, CubeTensor<R>) {
+    let a = into_contiguous(a);
+    let shape = a.meta.shape().clone();
+    let (count, n) = (shape[0], shape[1]);
+    let floats = kernels::checkpoint_len(count, n);
+    let checkpoint = output(&a, Shape::new([floats]));
+    if count == 0 {
+        return (output(&a, shape), checkpoint);
+    }
+    let l = Launch::new(a, program::saving_table(), false, MAX_GRID);
+    // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
+    // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array, and the
+    // checkpoint holds `checkpoint_len` floats.
+    unsafe {
+        kernels::expm_saving_kernel::launch_unchecked::<R>(
+            &l.a.client,
+            l.layout.cube_count(),
+            l.layout.cube_dim(),
+            l.a.clone().into_tensor_arg(),
+            l.plan.into_array_arg(),
+            l.ops.into_array_arg(),
+            l.vals.into_array_arg(),
+            checkpoint.clone().into_tensor_arg(),
+            l.work.into_array_arg(),
+            l.layout.n as u32,
+            l.slots,
+            l.layout.slab,
+            l.layout.cap,
+            l.layout.resident,
+            l.layout.wide,
+        );
+    }
+    let rest = ((floats - count * n * n) * 4) as u64;
+    let out = CubeTensor::new_contiguous(
+        checkpoint.client.clone(),
+        checkpoint.device.clone(),
+        shape,
+        checkpoint.handle.clone().offset_end(rest),
+        DType::F32,
+    );
+    (out, checkpoint)
+}
+
+/// The adjoint of A given the adjoint `grad` of exp(A) and the checkpoint of
+/// [`expm_checkpointed`]: L(A, G^T)^T with the forward's plan and products, two products per
+/// product of the scheme (where [`expm_backward`] takes three) and no planning pass.
+pub fn expm_backward_checkpointed<R: CubeRuntime>(
+    a: CubeTensor<R>,
+    grad: CubeTensor<R>,
+    checkpoint: CubeTensor<R>,
+) -> CubeTensor<R> {
+    let a = into_contiguous(a);
+    let out = output(&a, a.meta.shape().clone());
+    let shape = a.meta.shape();
+    let (count, n) = (shape[0], shape[1]);
+    if count == 0 {
+        return out;
+    }
+    let table = program::frechet_saved_table();
+    let layout = Layout::new(&a.client, n, count.min(MAX_GRID), table);
+    let ops = buffer(&a, &table.ops_bytes, DType::U32);
+    let vals = buffer(&a, &table.vals_bytes, DType::F32);
+    let work = empty(&a, layout.workspace(table.slots));
+    let grad = into_contiguous(grad);
+    // SAFETY: as `expm_backward`; the checkpoint holds `checkpoint_len(count, n)` floats (the
+    // caller's contract, checked here).
+    assert_eq!(
+        checkpoint.meta.shape().num_elements(),
+        kernels::checkpoint_len(count, n),
+        "the checkpoint of an exponential of {count} matrices {n} x {n}"
+    );
+    unsafe {
+        kernels::frechet_saved_kernel::launch_unchecked::<R>(
+            &a.client,
+            layout.cube_count(),
+            layout.cube_dim(),
+            a.clone().into_tensor_arg(),
+            grad.into_tensor_arg(),
+            checkpoint.into_tensor_arg(),
+            ops.into_array_arg(),
+            vals.into_array_arg(),
+            out.clone().into_tensor_arg(),
+            work.into_array_arg(),
+            layout.n as u32,
+            table.slots as u32,
+            layout.slab,
+            layout.cap,
+            layout.resident,
+            layout.wide,
         );
     }
     out

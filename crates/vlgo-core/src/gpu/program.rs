@@ -25,6 +25,14 @@ pub(crate) const KIND_SOLVE: u32 = 2;
 /// a product P Q and its tangent dP Q + P dQ in one pass over the four operands (the Fréchet
 /// programs' products and squarings).
 pub(crate) const KIND_TANGENT: u32 = 3;
+/// Row kind: work[dst] = the matrix's saved product number s1 (the derivative from a
+/// checkpoint reads the forward's products instead of recomputing them).
+pub(crate) const KIND_LOAD: u32 = 4;
+/// Row kind: the matrix's saved product number s1 = work[dst] (the checkpointing forward).
+pub(crate) const KIND_STORE: u32 = 5;
+/// Products a checkpointing forward saves per matrix: the most of any Taylor program (degree 18
+/// has five).
+pub(crate) const SAVED: usize = 5;
 /// u32 per row of `ops` (and f32 per row of `vals`: eye, c_1..c_5, padding).
 pub(crate) const ROW: usize = 8;
 /// Header entry per degree: first row, number of rows, result slot, derivative slot, and the two
@@ -65,6 +73,10 @@ enum Op {
     Lin { terms: Vec<(usize, f64)>, eye: f64 },
     /// `out <- q^{-1} out`.
     Solve { q: usize },
+    /// `out` = the matrix's saved product number `index`.
+    Load { index: usize },
+    /// The matrix's saved product number `index` = `out` (which already holds a value).
+    Store { index: usize },
 }
 
 /// A program over values: `inputs` values exist before the first step (X, and E for the
@@ -137,11 +149,19 @@ impl Flow {
     }
 
     /// Appends a scheme whose value 0 is `x`; returns the flow values of the scheme's values.
-    fn scheme(&mut self, program: &Program, x: usize) -> Vec<usize> {
+    /// With `save`, each product is saved (as the product number [`product_index`] gives it).
+    fn scheme(&mut self, program: &Program, x: usize, save: bool) -> Vec<usize> {
         let mut map = vec![x; program.steps.len() + 1];
         for k in lazy_order(program) {
             map[k + 1] = match &program.steps[k] {
-                Step::MatMul(i, j) => self.mul(map[*i], map[*j]),
+                Step::MatMul(i, j) => {
+                    let out = self.mul(map[*i], map[*j]);
+                    if save {
+                        let index = product_index(program, k);
+                        self.steps.push((out, Op::Store { index }));
+                    }
+                    out
+                }
                 Step::Lin(terms, eye) => {
                     let terms: Vec<_> = terms.iter().map(|&(v, c)| (map[v], c)).collect();
                     self.lin(&terms, *eye)
@@ -151,8 +171,14 @@ impl Flow {
         map
     }
 
-    /// Appends a scheme and its forward-mode derivative at (X, E) = values (0, 1).
-    fn scheme_and_derivative(&mut self, program: &Program) -> (Vec<usize>, Vec<usize>) {
+    /// Appends a scheme and its forward-mode derivative at (X, E) = values (0, 1). With
+    /// `saved`, the scheme's products are loaded from the forward's checkpoint (as
+    /// [`Flow::scheme`] saved them) rather than computed: two products per product, not three.
+    fn scheme_and_derivative(
+        &mut self,
+        program: &Program,
+        saved: bool,
+    ) -> (Vec<usize>, Vec<usize>) {
         let (mut map, mut dmap) = (
             vec![0; program.steps.len() + 1],
             vec![1; program.steps.len() + 1],
@@ -160,7 +186,14 @@ impl Flow {
         for k in lazy_order(program) {
             match &program.steps[k] {
                 Step::MatMul(i, j) => {
-                    map[k + 1] = self.mul(map[*i], map[*j]);
+                    map[k + 1] = if saved {
+                        let out = self.fresh();
+                        let index = product_index(program, k);
+                        self.steps.push((out, Op::Load { index }));
+                        out
+                    } else {
+                        self.mul(map[*i], map[*j])
+                    };
                     let d = self.mul(dmap[*i], map[*j]);
                     self.mul_add(d, map[*i], dmap[*j]);
                     dmap[k + 1] = d;
@@ -189,6 +222,7 @@ impl Flow {
                 Op::Mul { a, b, .. } => vec![*a, *b],
                 Op::Lin { terms, .. } => terms.iter().map(|t| t.0).collect(),
                 Op::Solve { q } => vec![*q],
+                Op::Load { .. } | Op::Store { .. } => vec![],
             }
         };
         // The last step that touches each value; results live to the end.
@@ -258,6 +292,15 @@ impl Flow {
                     row[0] = KIND_SOLVE;
                     row[2] = at(*q);
                 }
+                Op::Load { index } | Op::Store { index } => {
+                    assert!(*index < SAVED, "saved product {index} of {SAVED}");
+                    row[0] = if matches!(op, Op::Load { .. }) {
+                        KIND_LOAD
+                    } else {
+                        KIND_STORE
+                    };
+                    row[2] = *index as u32;
+                }
             }
             rows.push((row, coef));
         }
@@ -296,6 +339,15 @@ fn fuse_tangents(rows: Vec<([u32; ROW], [f32; ROW])>) -> Vec<([u32; ROW], [f32; 
         k += 1;
     }
     out
+}
+
+/// The number of step `k`'s product among the scheme's products, in program order: the
+/// checkpointing forward and the derivative from its checkpoint agree on it.
+fn product_index(program: &Program, k: usize) -> usize {
+    program.steps[..k]
+        .iter()
+        .filter(|s| matches!(s, Step::MatMul(..)))
+        .count()
 }
 
 /// The scheme's steps with every combination moved to just before its first use: products keep
@@ -372,8 +424,9 @@ fn assemble(
 }
 
 /// The forward programs of `method` for f32 compute: r_m(X) = (V - U)^{-1} (V + U) for Padé,
-/// T(X) for Taylor, one per degree of the f32 table.
-fn forward(method: ExpmMethod) -> Table {
+/// T(X) for Taylor, one per degree of the f32 table. With `save` (Taylor only) each product is
+/// also saved for [`frechet_saved_table`].
+fn forward(method: ExpmMethod, save: bool) -> Table {
     let thetas = plan::table(method, Precision::Single);
     let flows = thetas
         .iter()
@@ -382,7 +435,7 @@ fn forward(method: ExpmMethod) -> Table {
             let result = match method {
                 ExpmMethod::Pade => {
                     let program = scheme::pade(m);
-                    let values = flow.scheme(&program, 0);
+                    let values = flow.scheme(&program, 0, false);
                     let (u, v) = (values[program.outputs.0], values[program.outputs.1]);
                     let q = flow.lin(&[(v, 1.0), (u, -1.0)], 0.0);
                     let p = flow.lin(&[(v, 1.0), (u, 1.0)], 0.0);
@@ -391,7 +444,7 @@ fn forward(method: ExpmMethod) -> Table {
                 }
                 ExpmMethod::Taylor => {
                     let program = scheme::taylor(m);
-                    flow.scheme(&program, 0)[program.outputs.0]
+                    flow.scheme(&program, 0, save)[program.outputs.0]
                 }
             };
             (m, flow, vec![result])
@@ -400,15 +453,16 @@ fn forward(method: ExpmMethod) -> Table {
     assemble(flows, 1, thetas)
 }
 
-/// The Fréchet-derivative programs: the Taylor schemes of the f32 table with their tangents.
-fn frechet() -> Table {
+/// The Fréchet-derivative programs: the Taylor schemes of the f32 table with their tangents,
+/// the products computed or (`saved`) loaded from the checkpointing forward.
+fn frechet(saved: bool) -> Table {
     let thetas = plan::table(ExpmMethod::Taylor, Precision::Single);
     let flows = thetas
         .iter()
         .map(|&(m, _)| {
             let program = scheme::taylor(m);
             let mut flow = Flow::new(2);
-            let (map, dmap) = flow.scheme_and_derivative(&program);
+            let (map, dmap) = flow.scheme_and_derivative(&program, saved);
             let t = program.outputs.0;
             (m, flow, vec![map[t], dmap[t]])
         })
@@ -421,15 +475,28 @@ pub(crate) fn forward_table(method: ExpmMethod) -> &'static Table {
     static PADE: OnceLock<Table> = OnceLock::new();
     static TAYLOR: OnceLock<Table> = OnceLock::new();
     match method {
-        ExpmMethod::Pade => PADE.get_or_init(|| forward(method)),
-        ExpmMethod::Taylor => TAYLOR.get_or_init(|| forward(method)),
+        ExpmMethod::Pade => PADE.get_or_init(|| forward(method, false)),
+        ExpmMethod::Taylor => TAYLOR.get_or_init(|| forward(method, false)),
     }
+}
+
+/// The Taylor forward table that also saves each product (the checkpointing forward), built
+/// once.
+pub(crate) fn saving_table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| forward(ExpmMethod::Taylor, true))
 }
 
 /// The Fréchet-derivative table, built once.
 pub(crate) fn frechet_table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(frechet)
+    TABLE.get_or_init(|| frechet(false))
+}
+
+/// The Fréchet-derivative table over the products of [`saving_table`], built once.
+pub(crate) fn frechet_saved_table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| frechet(true))
 }
 
 /// The largest scaling exponent of f32 compute, for the planning kernel.
@@ -441,21 +508,49 @@ pub(crate) fn max_squarings() -> f32 {
 mod tests {
     use super::*;
 
-    /// Runs a table's program of `degree` on scalars (1 x 1 matrices) as the kernel would, with
-    /// the workspace of `inputs`; returns the result slots' values.
-    fn interpret(table: &Table, degree: usize, inputs: &[f64]) -> (f64, f64) {
-        let words =
-            |b: &[u8]| -> Vec<[u8; 4]> { b.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect() };
-        let ops: Vec<u32> = words(&table.ops_bytes)
+    /// An n x n matrix in f64, row-major.
+    type Mat = Vec<f64>;
+
+    fn dim(m: &Mat) -> usize {
+        (m.len() as f64).sqrt().round() as usize
+    }
+
+    fn mat_mul(a: &Mat, b: &Mat) -> Mat {
+        let n = dim(a);
+        let mut c = vec![0.0; n * n];
+        for i in 0..n {
+            for k in 0..n {
+                for j in 0..n {
+                    c[i * n + j] += a[i * n + k] * b[k * n + j];
+                }
+            }
+        }
+        c
+    }
+
+    fn words(b: &[u8]) -> Vec<[u8; 4]> {
+        b.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect()
+    }
+
+    fn ops_of(table: &Table) -> Vec<u32> {
+        words(&table.ops_bytes)
             .into_iter()
             .map(u32::from_le_bytes)
-            .collect();
+            .collect()
+    }
+
+    /// Runs a table's program of `degree` on n x n matrices in f64 as the kernel would, with the
+    /// workspace of `inputs` (slots 0, 1, ...) and the matrix's saved products `saved` (read by
+    /// loads, written by stores); returns the result slots' values.
+    fn interpret(table: &Table, degree: usize, inputs: &[Mat], saved: &mut [Mat]) -> (Mat, Mat) {
+        let n = dim(&inputs[0]);
+        let ops = ops_of(table);
         let vals: Vec<f32> = words(&table.vals_bytes)
             .into_iter()
             .map(f32::from_le_bytes)
             .collect();
-        let mut work = vec![f64::NAN; table.slots];
-        work[..inputs.len()].copy_from_slice(inputs);
+        let mut work = vec![vec![f64::NAN; n * n]; table.slots];
+        work[..inputs.len()].clone_from_slice(inputs);
         let entry = degree * ENTRY;
         let (start, len) = (ops[entry] as usize, ops[entry + 1] as usize);
         assert!(len > 0, "degree {degree} has a program");
@@ -470,19 +565,29 @@ mod tests {
                         dst != s(0) && dst != s(1),
                         "a product overwrites an operand"
                     );
-                    let p = work[s(0)] * work[s(1)];
-                    work[dst] = if o[7] == 1 { work[dst] + p } else { p };
+                    let p = mat_mul(&work[s(0)], &work[s(1)]);
+                    work[dst] = if o[7] == 1 {
+                        work[dst].iter().zip(&p).map(|(x, y)| x + y).collect()
+                    } else {
+                        p
+                    };
                 }
                 KIND_COMBINE => {
                     // As the kernel: padding terms read their slot (which must hold a value:
                     // the workspace starts as NaN here) and weigh it by 0.
-                    let v: f64 = c[0] as f64
-                        + (0..TERMS)
-                            .map(|k| c[1 + k] as f64 * work[s(k)])
-                            .sum::<f64>();
-                    work[dst] = v;
+                    work[dst] = (0..n * n)
+                        .map(|e| {
+                            let eye = if e / n == e % n { c[0] as f64 } else { 0.0 };
+                            eye + (0..TERMS)
+                                .map(|k| c[1 + k] as f64 * work[s(k)][e])
+                                .sum::<f64>()
+                        })
+                        .collect();
                 }
-                KIND_SOLVE => work[dst] /= work[s(0)],
+                KIND_SOLVE => {
+                    assert_eq!(n, 1, "the host interpreter solves 1 x 1 systems only");
+                    work[dst][0] /= work[s(0)][0];
+                }
                 KIND_TANGENT => {
                     let d = s(4);
                     let operands = [s(0), s(1), s(2), s(3)];
@@ -490,10 +595,13 @@ mod tests {
                         dst != d && !operands.contains(&dst) && !operands.contains(&d),
                         "a tangent product overwrites an operand"
                     );
-                    let (p, q, dp, dq) = (work[s(0)], work[s(1)], work[s(2)], work[s(3)]);
-                    work[dst] = p * q;
-                    work[d] = dp * q + p * dq;
+                    let (p, q, dp, dq) = (&work[s(0)], &work[s(1)], &work[s(2)], &work[s(3)]);
+                    let (pq, dpq, pdq) = (mat_mul(p, q), mat_mul(dp, q), mat_mul(p, dq));
+                    work[dst] = pq;
+                    work[d] = dpq.iter().zip(&pdq).map(|(x, y)| x + y).collect();
                 }
+                KIND_LOAD => work[dst] = saved[s(0)].clone(),
+                KIND_STORE => saved[s(0)] = work[dst].clone(),
                 other => panic!("row kind {other}"),
             }
         }
@@ -506,7 +614,67 @@ mod tests {
         if r != d {
             assert!(spare[0] != spare[1], "two spare slots for the derivative");
         }
-        (work[r], work[d])
+        (work[r].clone(), work[d].clone())
+    }
+
+    /// exp of a small-normed matrix by its Taylor series in f64.
+    fn exp_series(x: &Mat) -> Mat {
+        let n = dim(x);
+        let mut sum: Mat = (0..n * n)
+            .map(|e| if e / n == e % n { 1.0 } else { 0.0 })
+            .collect();
+        let mut term = sum.clone();
+        for k in 1..60 {
+            term = mat_mul(&term, x).iter().map(|v| v / k as f64).collect();
+            sum.iter_mut().zip(&term).for_each(|(s, t)| *s += t);
+        }
+        sum
+    }
+
+    /// exp(X) and the Fréchet derivative L(X, E): the blocks of exp([[X, E], [0, X]]).
+    fn exp_and_frechet(x: &Mat, e: &Mat) -> (Mat, Mat) {
+        let n = dim(x);
+        let mut block = vec![0.0; 4 * n * n];
+        for i in 0..n {
+            for j in 0..n {
+                block[i * 2 * n + j] = x[i * n + j];
+                block[i * 2 * n + n + j] = e[i * n + j];
+                block[(n + i) * 2 * n + n + j] = x[i * n + j];
+            }
+        }
+        let big = exp_series(&block);
+        let part = |col: usize| -> Mat {
+            (0..n * n)
+                .map(|k| big[(k / n) * 2 * n + col + k % n])
+                .collect()
+        };
+        (part(0), part(n))
+    }
+
+    /// Largest entry-wise difference relative to the largest entry of `want`.
+    fn relative(got: &Mat, want: &Mat) -> f64 {
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        got.iter()
+            .zip(want)
+            .fold(0f64, |m, (g, w)| m.max((g - w).abs()))
+            / scale
+    }
+
+    /// A 3 x 3 matrix with no structure, scaled to 1-norm `norm`.
+    fn sample(seed: u64, norm: f64) -> Mat {
+        let mut state = seed;
+        let m: Mat = (0..9)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+            })
+            .collect();
+        let one = (0..3)
+            .map(|j| (0..3).map(|i| m[i * 3 + j].abs()).sum::<f64>())
+            .fold(0f64, f64::max);
+        m.iter().map(|v| v * norm / one).collect()
     }
 
     #[test]
@@ -515,45 +683,77 @@ mod tests {
             let table = forward_table(method);
             for &(m, theta) in plan::table(method, Precision::Single) {
                 let x = theta * 0.9;
-                let (r, _) = interpret(table, m, &[x]);
+                let (r, _) = interpret(table, m, &[vec![x]], &mut []);
                 // Within the f32 bar at the top of each degree's range (f32 coefficients).
-                assert!((r / x.exp() - 1.0).abs() < 1e-6, "{method:?} {m}: {r}");
+                assert!((r[0] / x.exp() - 1.0).abs() < 1e-6, "{method:?} {m}: {r:?}");
             }
         }
     }
 
     #[test]
     fn frechet_programs_evaluate_the_derivative() {
-        // For scalars L(x, e) = e exp(x).
+        // Matrices that do not commute with their direction, so that every product and tangent
+        // must take its operands in the right order (scalars would not tell).
         let table = frechet_table();
         for &(m, theta) in plan::table(ExpmMethod::Taylor, Precision::Single) {
-            let x = theta * 0.9;
-            let (t, d) = interpret(table, m, &[x, 0.5]);
-            assert!((t / x.exp() - 1.0).abs() < 1e-6, "degree {m}: {t}");
-            assert!((d / (0.5 * x.exp()) - 1.0).abs() < 1e-6, "degree {m}: {d}");
+            let (x, e) = (sample(m as u64, theta * 0.9), sample(100 + m as u64, 0.5));
+            let (t, d) = interpret(table, m, &[x.clone(), e.clone()], &mut []);
+            let (want_t, want_d) = exp_and_frechet(&x, &e);
+            assert!(relative(&t, &want_t) < 1e-6, "degree {m}: exp");
+            assert!(relative(&d, &want_d) < 1e-6, "degree {m}: derivative");
         }
     }
 
     #[test]
-    fn frechet_products_are_merged_with_their_tangents() {
-        let ops: Vec<u32> = frechet_table()
-            .ops_bytes
-            .chunks(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let kinds: Vec<u32> = ops[HEADER..].chunks(ROW).map(|row| row[0]).collect();
-        // Every product of a Fréchet program has its tangent: none is left unmerged.
-        assert!(kinds.contains(&KIND_TANGENT));
-        assert!(!kinds.contains(&KIND_MUL), "{kinds:?}");
-        // A forward program has no tangents (the kernels run them only in derivative modes).
-        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
-            let forward = &forward_table(method).ops_bytes;
-            let kinds: Vec<u32> = forward[HEADER * 4..]
-                .chunks(ROW * 4)
-                .map(|row| u32::from_le_bytes([row[0], row[1], row[2], row[3]]))
-                .collect();
-            assert!(kinds.contains(&KIND_MUL) && !kinds.contains(&KIND_TANGENT));
+    fn the_derivative_from_a_checkpoint_equals_the_recomputed_one() {
+        let (saving, saved_table) = (saving_table(), frechet_saved_table());
+        for &(m, theta) in plan::table(ExpmMethod::Taylor, Precision::Single) {
+            let (x, e) = (sample(7 * m as u64, theta * 0.9), sample(3 + m as u64, 2.0));
+            let mut saved = vec![vec![f64::NAN; 9]; SAVED];
+            let (t, _) = interpret(saving, m, std::slice::from_ref(&x), &mut saved);
+            let (plain, _) = interpret(
+                forward_table(ExpmMethod::Taylor),
+                m,
+                std::slice::from_ref(&x),
+                &mut [],
+            );
+            assert_eq!(t, plain, "degree {m}: saving changes the forward");
+            let (t2, d) = interpret(saved_table, m, &[x.clone(), e.clone()], &mut saved);
+            let (want_t, want_d) = exp_and_frechet(&x, &e);
+            assert!(relative(&t2, &want_t) < 1e-6, "degree {m}: exp");
+            assert!(relative(&d, &want_d) < 1e-6, "degree {m}: derivative");
         }
+    }
+
+    #[test]
+    fn programs_have_the_row_kinds_of_their_kernels() {
+        let kinds = |table: &Table| -> Vec<u32> {
+            ops_of(table)[HEADER..]
+                .chunks(ROW)
+                .map(|row| row[0])
+                .collect()
+        };
+        // Every product of a Fréchet program has its tangent: none is left unmerged.
+        let frechet = kinds(frechet_table());
+        assert!(frechet.contains(&KIND_TANGENT));
+        assert!(!frechet.contains(&KIND_MUL), "{frechet:?}");
+        // A forward program has no tangents (the kernels run them only in derivative modes),
+        // and only the checkpointing one stores.
+        for method in [ExpmMethod::Pade, ExpmMethod::Taylor] {
+            let forward = kinds(forward_table(method));
+            assert!(forward.contains(&KIND_MUL) && !forward.contains(&KIND_TANGENT));
+            assert!(!forward.contains(&KIND_STORE) && !forward.contains(&KIND_LOAD));
+        }
+        let saving = kinds(saving_table());
+        assert!(saving.contains(&KIND_STORE) && !saving.contains(&KIND_TANGENT));
+        assert!(!saving.contains(&KIND_LOAD));
+        // The derivative from a checkpoint loads every product: two products per product of
+        // the scheme remain (dP Q, then += P dQ), and no tangent row computes P Q again.
+        let saved = kinds(frechet_saved_table());
+        let count = |k: u32, of: &[u32]| of.iter().filter(|&&x| x == k).count();
+        assert!(!saved.contains(&KIND_TANGENT) && !saved.contains(&KIND_STORE));
+        assert_eq!(count(KIND_MUL, &saved), 2 * count(KIND_LOAD, &saved));
+        assert_eq!(count(KIND_LOAD, &saved), count(KIND_STORE, &saving));
     }
 
     #[test]
@@ -561,10 +761,8 @@ mod tests {
         // Taylor 18 has 5 products and 8 combinations over 15 values: far fewer slots suffice.
         let table = forward_table(ExpmMethod::Taylor);
         assert!(table.slots <= 9, "{} slots", table.slots);
-        assert!(
-            frechet_table().slots <= 16,
-            "{} slots",
-            frechet_table().slots
-        );
+        for derivative in [frechet_table(), frechet_saved_table()] {
+            assert!(derivative.slots <= 16, "{} slots", derivative.slots);
+        }
     }
 }

@@ -314,8 +314,10 @@ fn rank_generic_form_matches_the_batched_one() {
 /// backends) against the portable tensor-op path, forward and adjoint: sizes that do and do not
 /// fill the GPU kernels' 4 x 4 tiles (on CUDA, n = 4 and 12 take the wide products' single and
 /// odd last blocks of four k), every degree branch and several squarings, and a batch of
-/// tiny matrices larger than the GPU kernels' grid, so cubes walk over several matrices. A kernel
-/// that failed to compile would give garbage here. The tensor-op path runs on NdArray: on an
+/// tiny matrices larger than the GPU kernels' grid, so cubes walk over several matrices. The
+/// adjoint of Taylor takes the checkpointing forward and the backward from its checkpoint on the
+/// GPU backends, Padé's the recomputing backward. A kernel that failed to compile would give
+/// garbage here. The tensor-op path runs on NdArray: on an
 /// H100, Burn's `cuda` matmul rounds f32 products to TF32 (about 1e-4 relative), which would make
 /// the reference the less accurate side.
 #[test]
@@ -338,9 +340,11 @@ fn the_backend_kernel_equals_the_tensor_op_path() {
             let kernel = to_f64(expm_with(a.clone(), &cfg).unwrap());
             let reference = to_f64(tensor_ops::expm(host_a.clone(), method));
             let ad = Tensor::<Autodiff<B>, 3>::from_inner(a.clone()).require_grad();
-            let grads = (expm_with(ad.clone(), &cfg).unwrap() * Tensor::from_inner(up.clone()))
-                .sum()
-                .backward();
+            // A tracked input takes the checkpointing forward where the backend has one (the
+            // GPU kernels with Taylor): its exponential is the plain forward's.
+            let tracked = expm_with(ad.clone(), &cfg).unwrap();
+            let tracked_value = to_f64(tracked.clone().inner());
+            let grads = (tracked * Tensor::from_inner(up.clone())).sum().backward();
             let kernel_grad = to_f64(ad.grad(&grads).unwrap());
             let reference_grad = to_f64(tensor_ops::expm_backward(
                 host_a.clone(),
@@ -356,6 +360,11 @@ fn the_backend_kernel_equals_the_tensor_op_path() {
                     err < 2.0 * f32_bar(mat, n),
                     "{method:?} n {n} matrix {k} (norm {}): forward {err:.3e}",
                     one_norm(mat, n)
+                );
+                let err = rel_frobenius_host(&tracked_value[part.clone()], &kernel[part.clone()]);
+                assert!(
+                    err < 1e-6,
+                    "{method:?} n {n} matrix {k}: tracked forward {err:.3e}"
                 );
                 let err = rel_frobenius_host(&kernel_grad[part.clone()], &reference_grad[part]);
                 assert!(
@@ -384,4 +393,21 @@ fn f32_exponentials_take_the_gpu_kernels_on_cubecl_backends() {
         DType::F32,
         &Shape::new([3, 4, 5])
     ));
+    // Autodiff's Taylor forward keeps a checkpoint for the backward there (unless switched off
+    // for the process); Padé and f64 do not.
+    let device = Default::default();
+    let shape = Shape::new([3, 64, 64]);
+    let floats =
+        |dtype, method| <B as ExpmBackend>::expm_checkpoint_floats(&device, dtype, &shape, method);
+    #[cfg(any(feature = "test-wgpu", feature = "test-cuda"))]
+    let off = std::env::var(vlgo_core::gpu::CHECKPOINT_VAR).as_deref() == Ok("0");
+    #[cfg(not(any(feature = "test-wgpu", feature = "test-cuda")))]
+    let off = false;
+    let on = gpu && !off;
+    assert_eq!(
+        floats(DType::F32, ExpmMethod::Taylor),
+        on.then_some(3 * 64 * 64 * 6 + 3 * 4)
+    );
+    assert_eq!(floats(DType::F32, ExpmMethod::Pade), None);
+    assert_eq!(floats(DType::F64, ExpmMethod::Taylor), None);
 }
