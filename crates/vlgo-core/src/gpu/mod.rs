@@ -108,8 +108,8 @@ fn setting(cell: &OnceLock<Option<usize>>, var: &str) -> Option<usize> {
 }
 
 /// Floats of the checkpoint that [`expm_checkpointed`] keeps for A of `shape` and `dtype`
-/// (exp(A), and per matrix its plan and the Taylor scheme's products: [`program::SAVED`] + 1
-/// n x n matrices and 4 floats), or `None` where it keeps none: Padé (its backward
+/// (exp(A), and per matrix its plan and the Taylor scheme's products: six n x n matrices and 4
+/// floats per matrix), or `None` where it keeps none: Padé (its backward
 /// differentiates the Taylor scheme), input the kernels do not take, an empty batch, a
 /// checkpoint larger than one buffer of the device, or [`CHECKPOINT_VAR`] = `0`.
 pub fn checkpoint_floats<R: CubeRuntime>(
