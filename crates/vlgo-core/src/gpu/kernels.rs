@@ -27,7 +27,10 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::program::{ENTRY, HEADER, KIND_COMBINE, KIND_MUL, KIND_SOLVE, KIND_TANGENT, ROW, SAVED};
+use super::program::{
+    ENTRY, HEADER, KIND_COMBINE, KIND_LOAD, KIND_MUL, KIND_SOLVE, KIND_STORE, KIND_TANGENT, ROW,
+    SAVED,
+};
 use super::taylor::{ROUTE_DENSE, ROUTE_STRIDE, is_kind};
 
 /// Entries per matrix in the plan buffer: scale 2^-s (a NaN for a non-finite matrix), s,
@@ -332,7 +335,7 @@ fn combine(
 
 /// out[to..to + PLAN_STRIDE] = plans[at..], by the cube's first unit.
 #[cube]
-fn copy_plan(plans: &Slice<f32>, at: usize, out: &mut Tensor<f32>, to: usize) {
+fn copy_plan(plans: &Slice<f32>, at: usize, out: &mut Array<f32>, to: usize) {
     if UNIT_POS == 0 {
         #[unroll]
         for k in 0..PLAN_STRIDE {
@@ -905,29 +908,48 @@ pub(crate) const MODE_FRECHET: u32 = 1;
 pub(crate) const MODE_DENSE: u32 = 2;
 /// Their adjoints: L(A^T, g v^T) then exp(A)^T g, [n * n + n] per matrix.
 pub(crate) const MODE_DENSE_BACKWARD: u32 = 3;
-/// exp(A) with Taylor, and the checkpoint of the derivative: `out` is the whole checkpoint
-/// (the results, then the plans, then the saved products: [`checkpoint_len`]).
+/// exp(A) with Taylor into `out`, and the checkpoint of the derivative at the start of `work`
+/// (the plans, then the saved products: [`checkpoint_len`] floats; slots in device memory
+/// follow it).
 pub(crate) const MODE_EXPM_SAVE: u32 = 4;
 /// L(A^T, G) from a checkpoint of [`MODE_EXPM_SAVE`] (in `v`): L(A, G^T)^T by forward mode at
 /// X = 2^-s A, E = 2^-s G^T with the forward's plan, its products loaded rather than recomputed.
 pub(crate) const MODE_FRECHET_SAVED: u32 = 5;
 
-/// Floats of the checkpoint of `count` n x n matrices: their exponentials, plans and saved
-/// products.
+/// Floats of the checkpoint of `count` n x n matrices: their plans and saved products.
 pub(crate) fn checkpoint_len(count: usize, n: usize) -> usize {
-    count * (n * n + PLAN_STRIDE + SAVED * n * n)
+    count * (PLAN_STRIDE + SAVED * n * n)
 }
 
-/// Where a checkpoint holds matrix `mat`'s plan (after the `count` exponentials).
+/// Where a checkpoint holds matrix `mat`'s plan.
 #[cube]
-fn saved_plan(count: usize, nn: usize, mat: usize) -> usize {
-    count * nn + mat * PLAN_STRIDE
+fn saved_plan(mat: usize) -> usize {
+    mat * PLAN_STRIDE
 }
 
-/// Where a checkpoint holds matrix `mat`'s saved product `k` (after the plans).
+/// Where a checkpoint holds matrix `mat`'s saved product `k` (after the `count` plans; matrix
+/// `count`'s first product would start at the checkpoint's end).
 #[cube]
 fn saved_product(count: usize, nn: usize, mat: usize, k: usize) -> usize {
-    count * (nn + PLAN_STRIDE) + (mat * SAVED + k) * nn
+    count * PLAN_STRIDE + (mat * SAVED + k) * nn
+}
+
+/// checkpoint[to..to + n^2] = work[src..] (a saved product).
+#[cube]
+fn save(
+    work: &Slice<f32, ReadWrite>,
+    src: usize,
+    checkpoint: &mut Array<f32>,
+    to: usize,
+    n: usize,
+    #[comptime] staged: bool,
+) {
+    let mut e = UNIT_POS as usize;
+    while e < n * n {
+        checkpoint[to + e] = work[src + e];
+        e += CUBE_DIM as usize;
+    }
+    barrier(staged);
 }
 
 /// work[dst..] = scale * g v^T (row i of the outer product is g_i v^T).
@@ -993,7 +1015,10 @@ fn store_matvec(
 /// wide kernels read shared memory as vectors and end with the cube barrier alone. Only the
 /// Fréchet programs have tangent rows, only the checkpointing forward store rows and only the
 /// derivative from a checkpoint load rows (`program` tests it); a checkpoint holds
-/// [`checkpoint_len`] floats.
+/// [`checkpoint_len`] floats, and the checkpointing forward's `work` holds it before the slots.
+// A compile-time condition (`comptime!`) does not join a run-time one with `&&`, so some `if`s
+// nest where clippy would merge them.
+#[allow(clippy::collapsible_if)]
 #[cube]
 fn run(
     a: &Tensor<f32>,
@@ -1034,7 +1059,11 @@ fn run(
         SharedMemory::<f32>::new(comptime!(resident.max(1)))
     };
     let mut slot_view = if comptime!(staged) {
-        let base = CUBE_POS * slots * nn;
+        // The checkpointing forward keeps its checkpoint ahead of the slots.
+        let mut base = CUBE_POS * slots * nn;
+        if comptime!(saving) {
+            base += saved_product(count, nn, count, 0);
+        }
         work.slice_mut(base, base + slots * nn)
     } else {
         shared_slots.to_slice_mut()
@@ -1056,7 +1085,7 @@ fn run(
             plan.to_slice()
         };
         let at = if comptime!(from_saved) {
-            saved_plan(count, nn, mat)
+            saved_plan(mat)
         } else {
             mat * PLAN_STRIDE
         };
@@ -1065,7 +1094,7 @@ fn run(
         let degree = u32::cast_from(plans[at + 2]) as usize;
         let mut take = plans[at + 3] > f32::new(0.5);
         if comptime!(saving) {
-            copy_plan(&plans, at, out, saved_plan(count, nn, mat));
+            copy_plan(&plans, at, work, saved_plan(mat));
         }
         if comptime!(vectors) {
             take = is_kind(routes[mat * ROUTE_STRIDE], ROUTE_DENSE);
@@ -1118,13 +1147,13 @@ fn run(
                     s4 = ops[o + 5] as usize;
                     s5 = ops[o + 6] as usize;
                     flag = ops[o + 7];
-                    let v = row * ROW;
-                    eye = vals[v];
-                    c1 = vals[v + 1];
-                    c2 = vals[v + 2];
-                    c3 = vals[v + 3];
-                    c4 = vals[v + 4];
-                    c5 = vals[v + 5];
+                    let r = row * ROW;
+                    eye = vals[r];
+                    c1 = vals[r + 1];
+                    c2 = vals[r + 2];
+                    c3 = vals[r + 3];
+                    c4 = vals[r + 4];
+                    c5 = vals[r + 5];
                 } else if comptime!(frechet) {
                     // T^2 and its tangent dT T + T dT.
                     kind = u32::new(KIND_TANGENT as i64);
@@ -1238,22 +1267,18 @@ fn run(
                         staged,
                     );
                 } else if comptime!(saving) {
-                    // KIND_STORE: the product in `dst` joins the checkpoint as number s1.
-                    let to = saved_product(count, nn, mat, s1);
-                    store(&slot_view, dst * nn, out, to, n, false, staged);
+                    if kind == KIND_STORE {
+                        // The product in `dst` joins the checkpoint as number s1.
+                        let to = saved_product(count, nn, mat, s1);
+                        save(&slot_view, dst * nn, work, to, n, staged);
+                    }
                 } else if comptime!(from_saved) {
-                    // KIND_LOAD: the forward's product number s1 into `dst`.
-                    let from = saved_product(count, nn, mat, s1);
-                    load_scaled(
-                        v,
-                        from,
-                        &mut slot_view,
-                        dst * nn,
-                        f32::new(1.0),
-                        n,
-                        false,
-                        staged,
-                    );
+                    if kind == KIND_LOAD {
+                        // The forward's product number s1 into `dst`.
+                        let from = saved_product(count, nn, mat, s1);
+                        let one = f32::new(1.0);
+                        load_scaled(v, from, &mut slot_view, dst * nn, one, n, false, staged);
+                    }
                 }
                 if step >= len {
                     let t0 = t;
@@ -1352,8 +1377,8 @@ pub(crate) fn frechet_kernel(
     );
 }
 
-/// exp(A) by Taylor with the checkpoint of its derivative, into `out` [`checkpoint_len`]: the
-/// results, then per matrix its plan and the scheme's products.
+/// exp(A) by Taylor into `out`, with the checkpoint of its derivative (per matrix its plan and
+/// the scheme's products, [`checkpoint_len`] floats) at the start of `work`.
 #[cube(launch_unchecked)]
 pub(crate) fn expm_saving_kernel(
     a: &Tensor<f32>,

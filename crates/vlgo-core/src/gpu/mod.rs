@@ -107,11 +107,11 @@ fn setting(cell: &OnceLock<Option<usize>>, var: &str) -> Option<usize> {
     *cell.get_or_init(|| std::env::var(var).ok().and_then(|v| v.trim().parse().ok()))
 }
 
-/// Floats of the checkpoint that [`expm_checkpointed`] keeps for A of `shape` and `dtype`
-/// (exp(A), and per matrix its plan and the Taylor scheme's products: six n x n matrices and 4
-/// floats per matrix), or `None` where it keeps none: Padé (its backward
+/// Floats of the checkpoint that [`expm_checkpointed`] keeps for A of `shape` and `dtype` (per
+/// matrix its plan and the Taylor scheme's products: five n x n matrices and 4 floats), or
+/// `None` where it keeps none: Padé (its backward
 /// differentiates the Taylor scheme), input the kernels do not take, an empty batch, a
-/// checkpoint larger than one buffer of the device, or [`CHECKPOINT_VAR`] = `0`.
+/// checkpoint larger than half a buffer of the device, or [`CHECKPOINT_VAR`] = `0`.
 pub fn checkpoint_floats<R: CubeRuntime>(
     client: &ComputeClient<R>,
     dtype: DType,
@@ -126,10 +126,11 @@ pub fn checkpoint_floats<R: CubeRuntime>(
         return None;
     }
     let floats = kernels::checkpoint_len(shape[0], shape[1]);
+    // The checkpoint and the workspace (at most half a buffer) share one buffer.
     let fits = (floats as u64)
         .checked_mul(4)
-        .is_some_and(|bytes| bytes <= client.properties().memory.max_page_size)
-        && floats < u32::MAX as usize;
+        .is_some_and(|bytes| bytes <= client.properties().memory.max_page_size / 2)
+        && floats < (u32::MAX / 2) as usize;
     fits.then_some(floats)
 }
 
@@ -321,13 +322,25 @@ struct Launch<R: CubeRuntime> {
 impl<R: CubeRuntime> Launch<R> {
     /// Plans a launch over a contiguous, non-empty A [count, n, n] with at most `max_grid` cubes.
     fn new(a: CubeTensor<R>, table: &Table, rows: bool, max_grid: usize) -> Self {
+        Self::reserving(a, table, rows, max_grid, 0)
+    }
+
+    /// [`Launch::new`] with `reserve` floats of `work` ahead of the workspace (the
+    /// checkpointing forward's checkpoint).
+    fn reserving(
+        a: CubeTensor<R>,
+        table: &Table,
+        rows: bool,
+        max_grid: usize,
+        reserve: usize,
+    ) -> Self {
         let shape = a.meta.shape();
         let (count, n) = (shape[0], shape[1]);
         let layout = Layout::new(&a.client, n, count.min(max_grid), table);
         let plan = plan(&a, &layout, count, table, rows);
         let ops = buffer(&a, &table.ops_bytes, DType::U32);
         let vals = buffer(&a, &table.vals_bytes, DType::F32);
-        let work = empty(&a, layout.workspace(table.slots));
+        let work = empty(&a, reserve + layout.workspace(table.slots));
         Self {
             a,
             layout,
@@ -377,22 +390,31 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
     out
 }
 
-/// exp(A) by Taylor together with the checkpoint of its derivative (see
-/// [`checkpoint_floats`], which must be `Some`): the checkpoint's first N n^2 floats are
-/// exp(A), which the returned [N, n, n] tensor views.
+/// exp(A) by Taylor together with the checkpoint of its derivative: per matrix its plan and the
+/// scheme's products ([`checkpoint_floats`], which must be `Some`).
+///
+/// The checkpoint is the first part of the launch's `work` buffer, whose remainder (where the
+/// slots do not fit in shared memory) was the kernel's workspace: that memory is held until the
+/// checkpoint is dropped. exp(A) is a tensor of its own.
+///
+/// # Panics
+///
+/// If the kernels do not take `a` ([`accepts`]).
 pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, CubeTensor<R>) {
+    assert!(accepts(&a), "f32 [N, n, n] with 1 <= n <= {MAX_N}");
     let a = into_contiguous(a);
     let shape = a.meta.shape().clone();
     let (count, n) = (shape[0], shape[1]);
     let floats = kernels::checkpoint_len(count, n);
-    let checkpoint = output(&a, Shape::new([floats]));
+    let out = output(&a, shape);
     if count == 0 {
-        return (output(&a, shape), checkpoint);
+        return (out, empty(&a, 0));
     }
-    let l = Launch::new(a, program::saving_table(), false, MAX_GRID);
+    let l = Launch::reserving(a, program::saving_table(), false, MAX_GRID, floats);
+    let work = l.work.clone();
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
-    // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array, and the
-    // checkpoint holds `checkpoint_len` floats.
+    // invariants on `kernels::run`); `Launch::reserving` sized every buffer and shared array,
+    // `work` with the checkpoint's floats ahead of the workspace.
     unsafe {
         kernels::expm_saving_kernel::launch_unchecked::<R>(
             &l.a.client,
@@ -402,7 +424,7 @@ pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, Cu
             l.plan.into_array_arg(),
             l.ops.into_array_arg(),
             l.vals.into_array_arg(),
-            checkpoint.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
             l.work.into_array_arg(),
             l.layout.n as u32,
             l.slots,
@@ -412,12 +434,12 @@ pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, Cu
             l.layout.wide,
         );
     }
-    let rest = ((floats - count * n * n) * 4) as u64;
-    let out = CubeTensor::new_contiguous(
-        checkpoint.client.clone(),
-        checkpoint.device.clone(),
-        shape,
-        checkpoint.handle.clone().offset_end(rest),
+    let rest = ((work.meta.shape().num_elements() - floats) * 4) as u64;
+    let checkpoint = CubeTensor::new_contiguous(
+        work.client.clone(),
+        work.device.clone(),
+        Shape::new([floats]),
+        work.handle.clone().offset_end(rest),
         DType::F32,
     );
     (out, checkpoint)
@@ -426,11 +448,27 @@ pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, Cu
 /// The adjoint of A given the adjoint `grad` of exp(A) and the checkpoint of
 /// [`expm_checkpointed`]: L(A, G^T)^T with the forward's plan and products, two products per
 /// product of the scheme (where [`expm_backward`] takes three) and no planning pass.
+///
+/// # Panics
+///
+/// If the kernels do not take `a` ([`accepts`]), `grad` is not f32 of A's shape, or
+/// `checkpoint` is not the f32 checkpoint of an exponential of A's shape.
 pub fn expm_backward_checkpointed<R: CubeRuntime>(
     a: CubeTensor<R>,
     grad: CubeTensor<R>,
     checkpoint: CubeTensor<R>,
 ) -> CubeTensor<R> {
+    assert!(accepts(&a), "f32 [N, n, n] with 1 <= n <= {MAX_N}");
+    assert!(
+        grad.dtype == DType::F32 && grad.meta.shape() == a.meta.shape(),
+        "the upstream gradient: f32 of A's shape"
+    );
+    let (count, n) = (a.meta.shape()[0], a.meta.shape()[1]);
+    assert!(
+        checkpoint.dtype == DType::F32
+            && checkpoint.meta.shape().num_elements() == kernels::checkpoint_len(count, n),
+        "the checkpoint of an exponential of {count} matrices {n} x {n}"
+    );
     let a = into_contiguous(a);
     let out = output(&a, a.meta.shape().clone());
     let shape = a.meta.shape();
@@ -446,11 +484,6 @@ pub fn expm_backward_checkpointed<R: CubeRuntime>(
     let grad = into_contiguous(grad);
     // SAFETY: as `expm_backward`; the checkpoint holds `checkpoint_len(count, n)` floats (the
     // caller's contract, checked here).
-    assert_eq!(
-        checkpoint.meta.shape().num_elements(),
-        kernels::checkpoint_len(count, n),
-        "the checkpoint of an exponential of {count} matrices {n} x {n}"
-    );
     unsafe {
         kernels::frechet_saved_kernel::launch_unchecked::<R>(
             &a.client,

@@ -244,11 +244,15 @@ impl Flow {
         }
         for (k, (out, op)) in self.steps.iter().enumerate() {
             // Slots of the operands whose last use this is.
-            let dying: Vec<usize> = reads(op)
+            let mut dying: Vec<usize> = reads(op)
                 .into_iter()
                 .filter(|&v| last[v] == k && v != *out)
                 .map(|v| slot[v].expect("a value is written before it is read"))
                 .collect();
+            // A value that is only saved after its store frees its slot there.
+            if matches!(op, Op::Store { .. }) && last[*out] == k {
+                dying.push(slot[*out].expect("a value is written before it is saved"));
+            }
             let release = |busy: &mut Vec<bool>| dying.iter().for_each(|&s| busy[s] = false);
             // A combination reads and writes entry by entry, so its result may take the slot of
             // a term that dies here; a product may not overwrite its operands.
