@@ -239,12 +239,12 @@ fn load_scaled(
     barrier(staged);
 }
 
-/// out[offset..] = work[src..], or its transpose.
+/// out[offset..] = work[src..], or its transpose (`out` an output tensor, or the checkpoint).
 #[cube]
-fn store(
+fn store<L: ListMut<f32>>(
     work: &Slice<f32, ReadWrite>,
     src: usize,
-    out: &mut Tensor<f32>,
+    out: &mut L,
     offset: usize,
     n: usize,
     #[comptime] transpose: bool,
@@ -253,9 +253,9 @@ fn store(
     let mut e = UNIT_POS as usize;
     while e < n * n {
         if comptime!(transpose) {
-            out[offset + e] = work[src + (e % n) * n + e / n];
+            out.write(offset + e, work[src + (e % n) * n + e / n]);
         } else {
-            out[offset + e] = work[src + e];
+            out.write(offset + e, work[src + e]);
         }
         e += CUBE_DIM as usize;
     }
@@ -934,24 +934,6 @@ fn saved_product(count: usize, nn: usize, mat: usize, k: usize) -> usize {
     count * PLAN_STRIDE + (mat * SAVED + k) * nn
 }
 
-/// checkpoint[to..to + n^2] = work[src..] (a saved product).
-#[cube]
-fn save(
-    work: &Slice<f32, ReadWrite>,
-    src: usize,
-    checkpoint: &mut Array<f32>,
-    to: usize,
-    n: usize,
-    #[comptime] staged: bool,
-) {
-    let mut e = UNIT_POS as usize;
-    while e < n * n {
-        checkpoint[to + e] = work[src + e];
-        e += CUBE_DIM as usize;
-    }
-    barrier(staged);
-}
-
 /// work[dst..] = scale * g v^T (row i of the outer product is g_i v^T).
 #[cube]
 fn load_outer(
@@ -1270,7 +1252,7 @@ fn run(
                     if kind == KIND_STORE {
                         // The product in `dst` joins the checkpoint as number s1.
                         let to = saved_product(count, nn, mat, s1);
-                        save(&slot_view, dst * nn, work, to, n, staged);
+                        store::<Array<f32>>(&slot_view, dst * nn, work, to, n, false, staged);
                     }
                 } else if comptime!(from_saved) {
                     if kind == KIND_LOAD {
@@ -1292,17 +1274,17 @@ fn run(
                 }
             }
             if comptime!(mode == MODE_EXPM || saving) {
-                store(&slot_view, t * nn, out, mat * nn, n, false, staged);
+                store::<Tensor<f32>>(&slot_view, t * nn, out, mat * nn, n, false, staged);
             } else if comptime!(mode == MODE_FRECHET) {
-                store(&slot_view, dt * nn, out, mat * nn, n, false, staged);
+                store::<Tensor<f32>>(&slot_view, dt * nn, out, mat * nn, n, false, staged);
             } else if comptime!(from_saved) {
-                store(&slot_view, dt * nn, out, mat * nn, n, true, staged);
+                store::<Tensor<f32>>(&slot_view, dt * nn, out, mat * nn, n, true, staged);
             } else if comptime!(mode == MODE_DENSE) {
                 store_matvec(&slot_view, t * nn, v, mat * n, out, mat * n, n, staged);
             } else {
                 // The slot T holds exp(A^T) = exp(A)^T: vbar = exp(A)^T g is T g.
                 let row = mat * (nn + n);
-                store(&slot_view, dt * nn, out, row, n, false, staged);
+                store::<Tensor<f32>>(&slot_view, dt * nn, out, row, n, false, staged);
                 store_matvec(&slot_view, t * nn, u, mat * n, out, row + nn, n, staged);
             }
         } else if comptime!(!vectors) {
