@@ -558,9 +558,7 @@ mod fusion {
             a: FloatTensor<Self>,
             method: ExpmMethod,
         ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
-            let floats = B::has_expm_kernel(a.dtype, &a.shape)
-                .then(|| B::expm_checkpoint_floats(a.client.device(), a.dtype, &a.shape, method))
-                .flatten();
+            let floats = B::expm_checkpoint_floats(a.client.device(), a.dtype, &a.shape, method);
             let Some(floats) = floats else {
                 return (Self::expm(a, method), None);
             };
@@ -584,12 +582,10 @@ mod fusion {
             method: ExpmMethod,
             checkpoint: Option<FloatTensor<Self>>,
         ) -> FloatTensor<Self> {
-            let Some(checkpoint) = checkpoint else {
-                return Self::expm_backward(a, grad, method);
+            let checkpoint = match checkpoint {
+                Some(checkpoint) if grad.dtype == a.dtype => checkpoint,
+                _ => return Self::expm_backward(a, grad, method),
             };
-            if grad.dtype != a.dtype {
-                return Self::expm_backward(a, grad, method);
-            }
             let out = (a.dtype, a.shape.clone());
             let [out] = record::<B, 1>(
                 "vlgo_expm_backward_checkpointed",

@@ -14,7 +14,9 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::kernels::{self, MAX_UNITS};
 use super::taylor::{self, CHECKPOINTS, ROUTE_STRIDE, STAGED_FLOATS, STAGED_N};
-use super::{Launch, MAX_GRID, buffer, empty, max_units, output, program, workspace_budget};
+use super::{
+    Launch, MAX_GRID, buffer, empty, interpret, max_units, output, program, workspace_budget,
+};
 use crate::expm::expmv::INV_THETA_F32;
 use crate::expm::plan::{self, Precision};
 use crate::expm::{ExpmMethod, ExpmvConfig};
@@ -166,24 +168,16 @@ pub fn expmv<R: CubeRuntime>(
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
-        kernels::expmv_dense_kernel::launch_unchecked::<R>(
-            &a.client,
-            l.layout.cube_count(),
-            l.layout.cube_dim(),
-            a.clone().into_tensor_arg(),
-            v.clone().into_tensor_arg(),
-            routes.clone().into_array_arg(),
-            l.plan.into_array_arg(),
-            l.ops.into_array_arg(),
-            l.vals.into_array_arg(),
-            y.clone().into_tensor_arg(),
-            l.work.into_array_arg(),
-            n as u32,
-            l.slots,
-            l.layout.slab,
-            l.layout.cap,
-            l.layout.resident,
-            l.layout.wide,
+        interpret!(
+            expmv_dense_kernel,
+            l,
+            [
+                a.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                routes.clone().into_array_arg(),
+                l.plan.into_array_arg()
+            ],
+            y.clone().into_tensor_arg()
         );
     }
     taylor::taylor_kernel::launch::<R>(
@@ -227,25 +221,17 @@ pub fn expmv_backward<R: CubeRuntime>(
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
-        kernels::expmv_dense_backward_kernel::launch_unchecked::<R>(
-            &a.client,
-            l.layout.cube_count(),
-            l.layout.cube_dim(),
-            a.clone().into_tensor_arg(),
-            v.clone().into_tensor_arg(),
-            grad.clone().into_tensor_arg(),
-            routes.clone().into_array_arg(),
-            l.plan.into_array_arg(),
-            l.ops.into_array_arg(),
-            l.vals.into_array_arg(),
-            out.clone().into_tensor_arg(),
-            l.work.into_array_arg(),
-            n as u32,
-            l.slots,
-            l.layout.slab,
-            l.layout.cap,
-            l.layout.resident,
-            l.layout.wide,
+        interpret!(
+            expmv_dense_backward_kernel,
+            l,
+            [
+                a.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                grad.clone().into_tensor_arg(),
+                routes.clone().into_array_arg(),
+                l.plan.into_array_arg()
+            ],
+            out.clone().into_tensor_arg()
         );
     }
     let m_max = config.m_max.clamp(1, INV_THETA_F32.len());

@@ -188,19 +188,13 @@ pub(crate) fn plan_kernel(
 /// the one or two cubes on a multiprocessor would otherwise wait for each in turn.
 const LOAD_DEPTH: usize = 8;
 
-/// src[offset + e], or the entry at the transposed position.
+/// Entry e of an n x n matrix, or (with `transpose`) the entry at e's transposed position.
 #[cube]
-fn read_entry(
-    src: &Tensor<f32>,
-    offset: usize,
-    e: usize,
-    n: usize,
-    #[comptime] transpose: bool,
-) -> f32 {
+fn entry(e: usize, n: usize, #[comptime] transpose: bool) -> usize {
     if comptime!(transpose) {
-        src[offset + (e % n) * n + e / n]
+        (e % n) * n + e / n
     } else {
-        src[offset + e]
+        e
     }
 }
 
@@ -224,7 +218,7 @@ fn load_scaled(
         let mut v = Array::<f32>::new(LOAD_DEPTH);
         #[unroll]
         for u in 0..LOAD_DEPTH {
-            v[u] = read_entry(src, offset, e + u * units, n, transpose);
+            v[u] = src[offset + entry(e + u * units, n, transpose)];
         }
         #[unroll]
         for u in 0..LOAD_DEPTH {
@@ -233,7 +227,7 @@ fn load_scaled(
         e += LOAD_DEPTH * units;
     }
     while e < nn {
-        work[dst + e] = read_entry(src, offset, e, n, transpose) * scale;
+        work[dst + e] = src[offset + entry(e, n, transpose)] * scale;
         e += units;
     }
     barrier(staged);
@@ -252,11 +246,7 @@ fn store<L: ListMut<f32>>(
 ) {
     let mut e = UNIT_POS as usize;
     while e < n * n {
-        if comptime!(transpose) {
-            out.write(offset + e, work[src + (e % n) * n + e / n]);
-        } else {
-            out.write(offset + e, work[src + e]);
-        }
+        out.write(offset + e, work[src + entry(e, n, transpose)]);
         e += CUBE_DIM as usize;
     }
     barrier(staged);
@@ -333,13 +323,13 @@ fn combine(
     barrier(staged);
 }
 
-/// out[to..to + PLAN_STRIDE] = plans[at..], by the cube's first unit.
+/// out[at..at + PLAN_STRIDE] = plans[at..], by the cube's first unit.
 #[cube]
-fn copy_plan(plans: &Slice<f32>, at: usize, out: &mut Array<f32>, to: usize) {
+fn copy_plan(plans: &Slice<f32>, out: &mut Array<f32>, at: usize) {
     if UNIT_POS == 0 {
         #[unroll]
         for k in 0..PLAN_STRIDE {
-            out[to + k] = plans[at + k];
+            out[at + k] = plans[at + k];
         }
     }
 }
@@ -916,15 +906,10 @@ pub(crate) const MODE_EXPM_SAVE: u32 = 4;
 /// X = 2^-s A, E = 2^-s G^T with the forward's plan, its products loaded rather than recomputed.
 pub(crate) const MODE_FRECHET_SAVED: u32 = 5;
 
-/// Floats of the checkpoint of `count` n x n matrices: their plans and saved products.
+/// Floats of the checkpoint of `count` n x n matrices: their plans, laid out as the planning
+/// kernel writes them, then their saved products.
 pub(crate) fn checkpoint_len(count: usize, n: usize) -> usize {
     count * (PLAN_STRIDE + SAVED * n * n)
-}
-
-/// Where a checkpoint holds matrix `mat`'s plan.
-#[cube]
-fn saved_plan(mat: usize) -> usize {
-    mat * PLAN_STRIDE
 }
 
 /// Where a checkpoint holds matrix `mat`'s saved product `k` (after the `count` plans; matrix
@@ -1066,17 +1051,13 @@ fn run(
         } else {
             plan.to_slice()
         };
-        let at = if comptime!(from_saved) {
-            saved_plan(mat)
-        } else {
-            mat * PLAN_STRIDE
-        };
+        let at = mat * PLAN_STRIDE;
         let scale = plans[at];
         let squarings = u32::cast_from(plans[at + 1]) as usize;
         let degree = u32::cast_from(plans[at + 2]) as usize;
         let mut take = plans[at + 3] > f32::new(0.5);
         if comptime!(saving) {
-            copy_plan(&plans, at, work, saved_plan(mat));
+            copy_plan(&plans, work, at);
         }
         if comptime!(vectors) {
             take = is_kind(routes[mat * ROUTE_STRIDE], ROUTE_DENSE);

@@ -134,6 +134,32 @@ pub fn checkpoint_floats<R: CubeRuntime>(
     fits.then_some(floats)
 }
 
+/// Calls `kernels::$kernel::launch_unchecked` for the [`Launch`] `$l`: the leading arguments
+/// (A, the kernel's other inputs, and the plans last), then what every interpreter kernel takes
+/// after them in this order: the program tables, the output `$out`, the workspace and the layout.
+/// The call is unsafe: its caller says why the interpreter's invariants hold.
+macro_rules! interpret {
+    ($kernel:ident, $l:ident, [$($lead:expr),* $(,)?], $out:expr) => {
+        kernels::$kernel::launch_unchecked::<R>(
+            &$l.a.client,
+            $l.layout.cube_count(),
+            $l.layout.cube_dim(),
+            $($lead,)*
+            $l.ops.into_array_arg(),
+            $l.vals.into_array_arg(),
+            $out,
+            $l.work.into_array_arg(),
+            $l.layout.n as u32,
+            $l.slots,
+            $l.layout.slab,
+            $l.layout.cap,
+            $l.layout.resident,
+            $l.layout.wide,
+        )
+    };
+}
+use interpret;
+
 /// Whether the kernels take this tensor: f32 [N, n, n] with 1 <= n <= [`MAX_N`].
 pub fn accepts<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
     takes::<R>(a.dtype, a.meta.shape())
@@ -308,7 +334,15 @@ fn plan<R: CubeRuntime>(
     plan
 }
 
-/// What the interpreter kernels need: the contiguous input, layout, plan and program tables.
+/// Where a launch's per-matrix plans come from.
+enum Plans<R: CubeRuntime> {
+    /// The planning kernel, from the 1-norm of A (or of A^T with `rows`).
+    Kernel { rows: bool },
+    /// A checkpoint of [`expm_checkpointed`], which starts with the forward's plans.
+    Checkpoint(Box<CubeTensor<R>>),
+}
+
+/// What the interpreter kernels need: the contiguous input, layout, plans and program tables.
 struct Launch<R: CubeRuntime> {
     a: CubeTensor<R>,
     layout: Layout,
@@ -322,22 +356,25 @@ struct Launch<R: CubeRuntime> {
 impl<R: CubeRuntime> Launch<R> {
     /// Plans a launch over a contiguous, non-empty A [count, n, n] with at most `max_grid` cubes.
     fn new(a: CubeTensor<R>, table: &Table, rows: bool, max_grid: usize) -> Self {
-        Self::reserving(a, table, rows, max_grid, 0)
+        Self::with(a, table, Plans::Kernel { rows }, max_grid, 0)
     }
 
-    /// [`Launch::new`] with `reserve` floats of `work` ahead of the workspace (the
-    /// checkpointing forward's checkpoint).
-    fn reserving(
+    /// [`Launch::new`] with the plans from `plans` (in `plan`), and `reserve` floats of `work`
+    /// ahead of the workspace (the checkpointing forward's checkpoint).
+    fn with(
         a: CubeTensor<R>,
         table: &Table,
-        rows: bool,
+        plans: Plans<R>,
         max_grid: usize,
         reserve: usize,
     ) -> Self {
         let shape = a.meta.shape();
         let (count, n) = (shape[0], shape[1]);
         let layout = Layout::new(&a.client, n, count.min(max_grid), table);
-        let plan = plan(&a, &layout, count, table, rows);
+        let plan = match plans {
+            Plans::Kernel { rows } => plan(&a, &layout, count, table, rows),
+            Plans::Checkpoint(checkpoint) => *checkpoint,
+        };
         let ops = buffer(&a, &table.ops_bytes, DType::U32);
         let vals = buffer(&a, &table.vals_bytes, DType::F32);
         let work = empty(&a, reserve + layout.workspace(table.slots));
@@ -369,22 +406,11 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
-        kernels::expm_kernel::launch_unchecked::<R>(
-            &l.a.client,
-            l.layout.cube_count(),
-            l.layout.cube_dim(),
-            l.a.clone().into_tensor_arg(),
-            l.plan.into_array_arg(),
-            l.ops.into_array_arg(),
-            l.vals.into_array_arg(),
-            out.clone().into_tensor_arg(),
-            l.work.into_array_arg(),
-            l.layout.n as u32,
-            l.slots,
-            l.layout.slab,
-            l.layout.cap,
-            l.layout.resident,
-            l.layout.wide,
+        interpret!(
+            expm_kernel,
+            l,
+            [l.a.clone().into_tensor_arg(), l.plan.into_array_arg()],
+            out.clone().into_tensor_arg()
         );
     }
     out
@@ -410,28 +436,18 @@ pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, Cu
     if count == 0 {
         return (out, empty(&a, 0));
     }
-    let l = Launch::reserving(a, program::saving_table(), false, MAX_GRID, floats);
+    let plans = Plans::Kernel { rows: false };
+    let l = Launch::with(a, program::saving_table(), plans, MAX_GRID, floats);
     let work = l.work.clone();
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
-    // invariants on `kernels::run`); `Launch::reserving` sized every buffer and shared array,
+    // invariants on `kernels::run`); `Launch::with` sized every buffer and shared array,
     // `work` with the checkpoint's floats ahead of the workspace.
     unsafe {
-        kernels::expm_saving_kernel::launch_unchecked::<R>(
-            &l.a.client,
-            l.layout.cube_count(),
-            l.layout.cube_dim(),
-            l.a.clone().into_tensor_arg(),
-            l.plan.into_array_arg(),
-            l.ops.into_array_arg(),
-            l.vals.into_array_arg(),
-            out.clone().into_tensor_arg(),
-            l.work.into_array_arg(),
-            l.layout.n as u32,
-            l.slots,
-            l.layout.slab,
-            l.layout.cap,
-            l.layout.resident,
-            l.layout.wide,
+        interpret!(
+            expm_saving_kernel,
+            l,
+            [l.a.clone().into_tensor_arg(), l.plan.into_array_arg()],
+            out.clone().into_tensor_arg()
         );
     }
     let rest = ((work.meta.shape().num_elements() - floats) * 4) as u64;
@@ -471,37 +487,29 @@ pub fn expm_backward_checkpointed<R: CubeRuntime>(
     );
     let a = into_contiguous(a);
     let out = output(&a, a.meta.shape().clone());
-    let shape = a.meta.shape();
-    let (count, n) = (shape[0], shape[1]);
     if count == 0 {
         return out;
     }
-    let table = program::frechet_saved_table();
-    let layout = Layout::new(&a.client, n, count.min(MAX_GRID), table);
-    let ops = buffer(&a, &table.ops_bytes, DType::U32);
-    let vals = buffer(&a, &table.vals_bytes, DType::F32);
-    let work = empty(&a, layout.workspace(table.slots));
+    let l = Launch::with(
+        a,
+        program::frechet_saved_table(),
+        Plans::Checkpoint(Box::new(checkpoint)),
+        MAX_GRID,
+        0,
+    );
     let grad = into_contiguous(grad);
-    // SAFETY: as `expm_backward`; the checkpoint holds `checkpoint_len(count, n)` floats (the
-    // caller's contract, checked here).
+    // SAFETY: as `expm_backward`; the checkpoint, in `l.plan`, holds `checkpoint_len(count, n)`
+    // floats (checked above).
     unsafe {
-        kernels::frechet_saved_kernel::launch_unchecked::<R>(
-            &a.client,
-            layout.cube_count(),
-            layout.cube_dim(),
-            a.clone().into_tensor_arg(),
-            grad.into_tensor_arg(),
-            checkpoint.into_tensor_arg(),
-            ops.into_array_arg(),
-            vals.into_array_arg(),
-            out.clone().into_tensor_arg(),
-            work.into_array_arg(),
-            layout.n as u32,
-            table.slots as u32,
-            layout.slab,
-            layout.cap,
-            layout.resident,
-            layout.wide,
+        interpret!(
+            frechet_saved_kernel,
+            l,
+            [
+                l.a.clone().into_tensor_arg(),
+                grad.into_tensor_arg(),
+                l.plan.into_tensor_arg()
+            ],
+            out.clone().into_tensor_arg()
         );
     }
     out
@@ -519,23 +527,15 @@ pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> C
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
-        kernels::frechet_kernel::launch_unchecked::<R>(
-            &l.a.client,
-            l.layout.cube_count(),
-            l.layout.cube_dim(),
-            l.a.clone().into_tensor_arg(),
-            grad.into_tensor_arg(),
-            l.plan.into_array_arg(),
-            l.ops.into_array_arg(),
-            l.vals.into_array_arg(),
-            out.clone().into_tensor_arg(),
-            l.work.into_array_arg(),
-            l.layout.n as u32,
-            l.slots,
-            l.layout.slab,
-            l.layout.cap,
-            l.layout.resident,
-            l.layout.wide,
+        interpret!(
+            frechet_kernel,
+            l,
+            [
+                l.a.clone().into_tensor_arg(),
+                grad.into_tensor_arg(),
+                l.plan.into_array_arg()
+            ],
+            out.clone().into_tensor_arg()
         );
     }
     out

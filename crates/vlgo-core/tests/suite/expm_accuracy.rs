@@ -487,8 +487,8 @@ fn the_backward_from_a_checkpoint_equals_the_recomputing_backward() {
     }
 }
 
-/// Whether this process keeps the GPU backward from recomputing nothing: the checkpoint switched
-/// off by its environment variable (read as the library reads it).
+/// Whether this process switched the GPU backward's checkpoint off by its environment variable
+/// (read as the library reads it).
 fn checkpoint_switched_off() -> bool {
     #[cfg(any(feature = "test-wgpu", feature = "test-cuda"))]
     return std::env::var(vlgo_core::gpu::CHECKPOINT_VAR)
