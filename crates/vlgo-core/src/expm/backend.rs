@@ -89,8 +89,9 @@ pub trait ExpmBackend: Backend {
     }
 
     /// exp(A) together with what its backward needs beyond A, where the backend keeps such a
-    /// checkpoint (the GPU kernels keep the Taylor scheme's products, so that the backward
-    /// need not recompute them); `None` otherwise. Autodiff calls it for a tracked A.
+    /// checkpoint (the GPU kernels keep the Taylor scheme's values that its derivative reads,
+    /// so that the backward need not recompute them); `None` otherwise. Autodiff calls it for a
+    /// tracked A.
     #[doc(hidden)]
     fn expm_checkpointed(
         a: FloatTensor<Self>,

@@ -899,21 +899,21 @@ pub(crate) const MODE_DENSE: u32 = 2;
 /// Their adjoints: L(A^T, g v^T) then exp(A)^T g, [n * n + n] per matrix.
 pub(crate) const MODE_DENSE_BACKWARD: u32 = 3;
 /// exp(A) with Taylor into `out`, and the checkpoint of the derivative at the start of `work`
-/// (the plans, then the saved products: [`checkpoint_len`] floats; slots in device memory
+/// (the plans, then the saved values: [`checkpoint_len`] floats; slots in device memory
 /// follow it).
 pub(crate) const MODE_EXPM_SAVE: u32 = 4;
 /// L(A^T, G) from a checkpoint of [`MODE_EXPM_SAVE`] (in `v`): L(A, G^T)^T by forward mode at
-/// X = 2^-s A, E = 2^-s G^T with the forward's plan, its products loaded rather than recomputed.
+/// X = 2^-s A, E = 2^-s G^T with the forward's plan, the tangents alone over its saved values.
 pub(crate) const MODE_FRECHET_SAVED: u32 = 5;
 
 /// Floats of the checkpoint of `count` n x n matrices: their plans, laid out as the planning
-/// kernel writes them, then their saved products.
+/// kernel writes them, then their saved values.
 pub(crate) fn checkpoint_len(count: usize, n: usize) -> usize {
     count * (PLAN_STRIDE + SAVED * n * n)
 }
 
-/// Where a checkpoint holds matrix `mat`'s saved product `k` (after the `count` plans; matrix
-/// `count`'s first product would start at the checkpoint's end).
+/// Where a checkpoint holds matrix `mat`'s saved value `k` (after the `count` plans; matrix
+/// `count`'s first value would start at the checkpoint's end).
 #[cube]
 fn saved_product(count: usize, nn: usize, mat: usize, k: usize) -> usize {
     count * PLAN_STRIDE + (mat * SAVED + k) * nn
@@ -1125,10 +1125,12 @@ fn run(
                     s5 = ndt;
                 }
                 if kind == KIND_MUL || kind == KIND_TANGENT {
-                    // The tangent kernel only in derivative shaders: its registers (175 per unit
-                    // on CUDA) would otherwise be the forward's too and halve its cubes per
-                    // multiprocessor.
-                    if comptime!(wide && frechet) {
+                    // The tangent kernel only in the recomputing derivative's shaders: its
+                    // registers (175 per unit on CUDA) would otherwise be the forward's too and
+                    // halve its cubes per multiprocessor. The derivative from a checkpoint has
+                    // tangent steps only in its squarings, which take three products instead,
+                    // so that its seven slots leave room for two cubes per multiprocessor.
+                    if comptime!(wide && frechet && !from_saved) {
                         if kind == KIND_TANGENT {
                             matmul_tangent_wide(
                                 &mut slot_view,
@@ -1143,10 +1145,10 @@ fn run(
                         } else {
                             matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n);
                         }
-                    } else if comptime!(wide) {
+                    } else if comptime!(wide && !frechet) {
                         matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n);
                     } else {
-                        // A tangent row is three products: P Q, dP Q, then += P dQ (one call
+                        // A tangent step is three products: P Q, dP Q, then += P dQ (one call
                         // site: each inlined product adds to the shader).
                         let mut parts = 1usize;
                         if kind == KIND_TANGENT {
@@ -1166,18 +1168,22 @@ fn run(
                                 z = s5;
                                 accumulate = u32::new(1);
                             }
-                            matmul(
-                                &mut slot_view,
-                                x * nn,
-                                y * nn,
-                                z * nn,
-                                accumulate,
-                                &mut sa,
-                                &mut sb,
-                                n,
-                                tk,
-                                staged,
-                            );
+                            if comptime!(wide) {
+                                matmul_wide(&mut slot_view, x * nn, y * nn, z * nn, accumulate, n);
+                            } else {
+                                matmul(
+                                    &mut slot_view,
+                                    x * nn,
+                                    y * nn,
+                                    z * nn,
+                                    accumulate,
+                                    &mut sa,
+                                    &mut sb,
+                                    n,
+                                    tk,
+                                    staged,
+                                );
+                            }
                         }
                     }
                 } else if kind == KIND_COMBINE {

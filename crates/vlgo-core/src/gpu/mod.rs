@@ -10,9 +10,10 @@
 //!   nothing between the passes. Both forward methods use it: each approximates exp to the f32
 //!   bar, so the gradient of either is L(A^T, G) to that accuracy.
 //! * [`expm_checkpointed`] / [`expm_backward_checkpointed`]: what autodiff runs for Taylor. The
-//!   forward also keeps its plan and the scheme's products ([`checkpoint_floats`]); the backward
-//!   loads them instead of recomputing them (two products per product of the scheme where
-//!   [`expm_backward`] takes three, and no planning pass), with the forward's degree and s.
+//!   forward also keeps its plan and the scheme's values that the derivative reads
+//!   ([`checkpoint_floats`]); the backward loads them and computes tangents alone (two products
+//!   per product of the scheme where [`expm_backward`] takes three, no planning pass, and as
+//!   few slots as the forward), with the forward's degree and s.
 //!   [`CHECKPOINT_VAR`] = `0` keeps the recomputing backward.
 //!
 //! * [`expmv`] / [`expmv_backward`]: exp(A) v by the truncated Taylor series with shift and early
@@ -108,7 +109,8 @@ fn setting(cell: &OnceLock<Option<usize>>, var: &str) -> Option<usize> {
 }
 
 /// Floats of the checkpoint that [`expm_checkpointed`] keeps for A of `shape` and `dtype` (per
-/// matrix its plan and the Taylor scheme's products: five n x n matrices and 4 floats), or
+/// matrix its plan and the Taylor scheme's values that the derivative reads: seven n x n
+/// matrices and 4 floats), or
 /// `None` where it keeps none: Padé (its backward
 /// differentiates the Taylor scheme), input the kernels do not take, an empty batch, a
 /// checkpoint larger than half a buffer of the device, or [`CHECKPOINT_VAR`] = `0`.
@@ -416,8 +418,9 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
     out
 }
 
-/// exp(A) by Taylor together with the checkpoint of its derivative: per matrix its plan and the
-/// scheme's products ([`checkpoint_floats`], which must be `Some`).
+/// exp(A) by Taylor together with the checkpoint of its derivative: per matrix its plan, the
+/// operands of the scheme's products and its result before the squarings
+/// ([`checkpoint_floats`], which must be `Some`).
 ///
 /// The checkpoint is the first part of the launch's `work` buffer, whose remainder (where the
 /// slots do not fit in shared memory) was the kernel's workspace: that memory is held until the
@@ -462,8 +465,9 @@ pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, Cu
 }
 
 /// The adjoint of A given the adjoint `grad` of exp(A) and the checkpoint of
-/// [`expm_checkpointed`]: L(A, G^T)^T with the forward's plan and products, two products per
-/// product of the scheme (where [`expm_backward`] takes three) and no planning pass.
+/// [`expm_checkpointed`]: L(A, G^T)^T with the forward's plan, by the tangents alone over the
+/// saved values: two products per product of the scheme (where [`expm_backward`] takes three),
+/// no planning pass, and no more slots than the forward.
 ///
 /// # Panics
 ///

@@ -25,14 +25,14 @@ pub(crate) const KIND_SOLVE: u32 = 2;
 /// a product P Q and its tangent dP Q + P dQ in one pass over the four operands (the Fréchet
 /// programs' products and squarings).
 pub(crate) const KIND_TANGENT: u32 = 3;
-/// Row kind: work[dst] = the matrix's saved product number s1 (the derivative from a
-/// checkpoint reads the forward's products instead of recomputing them).
+/// Row kind: work[dst] = the matrix's saved value number s1 (the derivative from a checkpoint
+/// reads the forward's values instead of recomputing them).
 pub(crate) const KIND_LOAD: u32 = 4;
-/// Row kind: the matrix's saved product number s1 = work[dst] (the checkpointing forward).
+/// Row kind: the matrix's saved value number s1 = work[dst] (the checkpointing forward).
 pub(crate) const KIND_STORE: u32 = 5;
-/// Products a checkpointing forward saves per matrix: the most of any Taylor program (degree 18
-/// has five).
-pub(crate) const SAVED: usize = 5;
+/// Values a checkpointing forward saves per matrix: the most of any Taylor program (degree 18:
+/// the six operands of its products other than X, and its result).
+pub(crate) const SAVED: usize = 7;
 /// u32 per row of `ops` (and f32 per row of `vals`: eye, c_1..c_5, padding).
 pub(crate) const ROW: usize = 8;
 /// Header entry per degree: first row, number of rows, result slot, derivative slot, and the two
@@ -73,9 +73,9 @@ enum Op {
     Lin { terms: Vec<(usize, f64)>, eye: f64 },
     /// `out <- q^{-1} out`.
     Solve { q: usize },
-    /// `out` = the matrix's saved product number `index`.
+    /// `out` = the matrix's saved value number `index`.
     Load { index: usize },
-    /// The matrix's saved product number `index` = `out` (which already holds a value).
+    /// The matrix's saved value number `index` = `out` (which already holds a value).
     Store { index: usize },
 }
 
@@ -149,36 +149,32 @@ impl Flow {
     }
 
     /// Appends a scheme whose value 0 is `x`; returns the flow values of the scheme's values.
-    /// With `save`, each product is saved (as the product number [`product_index`] gives it).
+    /// With `save`, each value of [`saved_values`] is saved (as its number there) once computed.
     fn scheme(&mut self, program: &Program, x: usize, save: bool) -> Vec<usize> {
+        let saved = if save {
+            saved_values(program)
+        } else {
+            Vec::new()
+        };
         let mut map = vec![x; program.steps.len() + 1];
         for k in lazy_order(program) {
             map[k + 1] = match &program.steps[k] {
-                Step::MatMul(i, j) => {
-                    let out = self.mul(map[*i], map[*j]);
-                    if save {
-                        let index = product_index(program, k);
-                        self.steps.push((out, Op::Store { index }));
-                    }
-                    out
-                }
+                Step::MatMul(i, j) => self.mul(map[*i], map[*j]),
                 Step::Lin(terms, eye) => {
                     let terms: Vec<_> = terms.iter().map(|&(v, c)| (map[v], c)).collect();
                     self.lin(&terms, *eye)
                 }
             };
+            if let Some(index) = saved.iter().position(|&v| v == k + 1) {
+                self.steps.push((map[k + 1], Op::Store { index }));
+            }
         }
         map
     }
 
-    /// Appends a scheme and its forward-mode derivative at (X, E) = values (0, 1). With
-    /// `saved`, the scheme's products are loaded from the forward's checkpoint (as
-    /// [`Flow::scheme`] saved them) rather than computed: two products per product, not three.
-    fn scheme_and_derivative(
-        &mut self,
-        program: &Program,
-        saved: bool,
-    ) -> (Vec<usize>, Vec<usize>) {
+    /// Appends a scheme and its forward-mode derivative at (X, E) = values (0, 1): each product
+    /// P Q is computed with its tangent dP Q + P dQ (three products per product).
+    fn scheme_and_derivative(&mut self, program: &Program) -> (Vec<usize>, Vec<usize>) {
         let (mut map, mut dmap) = (
             vec![0; program.steps.len() + 1],
             vec![1; program.steps.len() + 1],
@@ -186,14 +182,7 @@ impl Flow {
         for k in lazy_order(program) {
             match &program.steps[k] {
                 Step::MatMul(i, j) => {
-                    map[k + 1] = if saved {
-                        let out = self.fresh();
-                        let index = product_index(program, k);
-                        self.steps.push((out, Op::Load { index }));
-                        out
-                    } else {
-                        self.mul(map[*i], map[*j])
-                    };
+                    map[k + 1] = self.mul(map[*i], map[*j]);
                     let d = self.mul(dmap[*i], map[*j]);
                     self.mul_add(d, map[*i], dmap[*j]);
                     dmap[k + 1] = d;
@@ -207,6 +196,128 @@ impl Flow {
             }
         }
         (map, dmap)
+    }
+
+    /// Appends the forward-mode derivative of a scheme at (X, E) = values (0, 1) over the
+    /// values that the checkpointing forward saved ([`saved_values`]): no value of the scheme
+    /// is computed again, only tangents, so a product costs two products (dP Q, then += P dQ)
+    /// and a combination one pass over the tangents. Returns the flow values of T (loaded last,
+    /// for the squarings) and of its tangent.
+    ///
+    /// Two choices keep the live tangents few (the slots set the shared memory of a cube, and
+    /// with it the cubes per multiprocessor): the steps run in program order, so the
+    /// combinations over the same tangents follow one another and the last of them may take
+    /// the slot of a tangent that dies there; and a product whose only use is a combination that
+    /// adds it once has its tangent added into that combination's tangent in place, with no slot
+    /// of its own. Each saved value is loaded just before the product that reads it.
+    fn derivative_from_checkpoint(&mut self, program: &Program) -> (usize, usize) {
+        let saved = saved_values(program);
+        let values = program.steps.len() + 1;
+        let output = program.outputs.0;
+        // Reads of each value's tangent: one per operand and per term, and the result's.
+        let mut uses = vec![0usize; values];
+        for step in &program.steps {
+            match step {
+                Step::MatMul(i, j) => [*i, *j].iter().for_each(|&v| uses[v] += 1),
+                Step::Lin(terms, _) => terms.iter().for_each(|t| uses[t.0] += 1),
+            }
+        }
+        uses[output] += 1;
+        // The combination step that takes each product's tangent in (coefficient 1, no other use).
+        let mut taken_by = vec![None; program.steps.len()];
+        for (k, step) in program.steps.iter().enumerate() {
+            if let Step::Lin(terms, _) = step {
+                for &(v, c) in terms {
+                    let product = v > 0 && matches!(program.steps[v - 1], Step::MatMul(..));
+                    if product && c == 1.0 && uses[v] == 1 && taken_by[v - 1].is_none() {
+                        taken_by[v - 1] = Some(k);
+                        break;
+                    }
+                }
+            }
+        }
+        let mut dmap = vec![1; values];
+        for (k, step) in program.steps.iter().enumerate() {
+            match step {
+                Step::MatMul(i, j) if taken_by[k].is_none() => {
+                    dmap[k + 1] =
+                        self.product_tangent(None, (*i, dmap[*i]), (*j, dmap[*j]), &saved);
+                }
+                Step::MatMul(..) => {}
+                Step::Lin(terms, _) => {
+                    let taken = terms
+                        .iter()
+                        .map(|t| t.0)
+                        .find(|&v| v > 0 && taken_by[v - 1] == Some(k));
+                    let rest: Vec<(usize, f64)> = terms
+                        .iter()
+                        .filter(|t| Some(t.0) != taken)
+                        .map(|&(v, c)| (v, c))
+                        .collect();
+                    dmap[k + 1] = match (taken, rest.as_slice()) {
+                        (None, _) => {
+                            let tangent: Vec<_> = rest.iter().map(|&(v, c)| (dmap[v], c)).collect();
+                            self.lin(&tangent, 0.0)
+                        }
+                        (Some(p), rest) => {
+                            let Step::MatMul(i, j) = program.steps[p - 1] else {
+                                unreachable!("only products are taken in")
+                            };
+                            let into = match rest {
+                                [] => None,
+                                // The one other term's tangent is read nowhere else: add in place.
+                                [(v, c)] if *c == 1.0 && *v > 0 && uses[*v] == 1 => Some(dmap[*v]),
+                                _ => {
+                                    let tangent: Vec<_> =
+                                        rest.iter().map(|&(v, c)| (dmap[v], c)).collect();
+                                    Some(self.lin(&tangent, 0.0))
+                                }
+                            };
+                            self.product_tangent(into, (i, dmap[i]), (j, dmap[j]), &saved)
+                        }
+                    };
+                }
+            }
+        }
+        let t = self.load(output, &saved);
+        (t, dmap[output])
+    }
+
+    /// dP Q + P dQ for the scheme values (p, dP) and (q, dQ), P and Q loaded from the checkpoint
+    /// (value 0, X, is flow value 0), into a new value or added to `into`.
+    fn product_tangent(
+        &mut self,
+        into: Option<usize>,
+        (p, dp): (usize, usize),
+        (q, dq): (usize, usize),
+        saved: &[usize],
+    ) -> usize {
+        let q_value = self.load(q, saved);
+        let d = match into {
+            Some(d) => {
+                self.mul_add(d, dp, q_value);
+                d
+            }
+            None => self.mul(dp, q_value),
+        };
+        let p_value = if p == q { q_value } else { self.load(p, saved) };
+        self.mul_add(d, p_value, dq);
+        d
+    }
+
+    /// Scheme value `v` in the derivative from a checkpoint: X is flow value 0, every other
+    /// value is loaded.
+    fn load(&mut self, v: usize, saved: &[usize]) -> usize {
+        if v == 0 {
+            return 0;
+        }
+        let index = saved
+            .iter()
+            .position(|&s| s == v)
+            .expect("the checkpoint holds every operand of a product and the result");
+        let out = self.fresh();
+        self.steps.push((out, Op::Load { index }));
+        out
     }
 
     /// Assigns slots (inputs keep slots 0..inputs) and appends the rows to `ops` and `vals`.
@@ -297,7 +408,7 @@ impl Flow {
                     row[2] = at(*q);
                 }
                 Op::Load { index } | Op::Store { index } => {
-                    assert!(*index < SAVED, "saved product {index} of {SAVED}");
+                    assert!(*index < SAVED, "saved value {index} of {SAVED}");
                     row[0] = if matches!(op, Op::Load { .. }) {
                         KIND_LOAD
                     } else {
@@ -345,13 +456,27 @@ fn fuse_tangents(rows: Vec<([u32; ROW], [f32; ROW])>) -> Vec<([u32; ROW], [f32; 
     out
 }
 
-/// The number of step `k`'s product among the scheme's products, in program order: the
-/// checkpointing forward and the derivative from its checkpoint agree on it.
-fn product_index(program: &Program, k: usize) -> usize {
-    program.steps[..k]
-        .iter()
-        .filter(|s| matches!(s, Step::MatMul(..)))
-        .count()
+/// The scheme values a checkpointing forward saves, in the order of their numbers in the
+/// checkpoint: every operand of a product other than X (value 0, which the derivative takes from
+/// A), then the result T (for the squarings). The derivative from the checkpoint reads them and
+/// computes no value of the scheme again.
+fn saved_values(program: &Program) -> Vec<usize> {
+    let mut saved = Vec::new();
+    let operands = program.steps.iter().flat_map(|step| match step {
+        Step::MatMul(i, j) => vec![*i, *j],
+        Step::Lin(..) => Vec::new(),
+    });
+    for v in operands.chain([program.outputs.0]) {
+        if v > 0 && !saved.contains(&v) {
+            saved.push(v);
+        }
+    }
+    assert!(
+        saved.len() <= SAVED,
+        "{} saved values of {SAVED}",
+        saved.len()
+    );
+    saved
 }
 
 /// The scheme's steps with every combination moved to just before its first use: products keep
@@ -458,7 +583,8 @@ fn forward(method: ExpmMethod, save: bool) -> Table {
 }
 
 /// The Fréchet-derivative programs: the Taylor schemes of the f32 table with their tangents,
-/// the products computed or (`saved`) loaded from the checkpointing forward.
+/// the products computed, or (`saved`) the tangents alone over the checkpointing forward's
+/// saved values.
 fn frechet(saved: bool) -> Table {
     let thetas = plan::table(ExpmMethod::Taylor, Precision::Single);
     let flows = thetas
@@ -466,9 +592,15 @@ fn frechet(saved: bool) -> Table {
         .map(|&(m, _)| {
             let program = scheme::taylor(m);
             let mut flow = Flow::new(2);
-            let (map, dmap) = flow.scheme_and_derivative(&program, saved);
-            let t = program.outputs.0;
-            (m, flow, vec![map[t], dmap[t]])
+            let results = if saved {
+                let (t, dt) = flow.derivative_from_checkpoint(&program);
+                vec![t, dt]
+            } else {
+                let (map, dmap) = flow.scheme_and_derivative(&program);
+                let t = program.outputs.0;
+                vec![map[t], dmap[t]]
+            };
+            (m, flow, results)
         })
         .collect();
     assemble(flows, 2, thetas)
@@ -544,7 +676,7 @@ mod tests {
     }
 
     /// Runs a table's program of `degree` on n x n matrices in f64 as the kernel would, with the
-    /// workspace of `inputs` (slots 0, 1, ...) and the matrix's saved products `saved` (read by
+    /// workspace of `inputs` (slots 0, 1, ...) and the matrix's saved values `saved` (read by
     /// loads, written by stores); returns the result slots' values.
     fn interpret(table: &Table, degree: usize, inputs: &[Mat], saved: &mut [Mat]) -> (Mat, Mat) {
         let n = dim(&inputs[0]);
@@ -751,12 +883,21 @@ mod tests {
         let saving = kinds(saving_table());
         assert!(saving.contains(&KIND_STORE) && !saving.contains(&KIND_TANGENT));
         assert!(!saving.contains(&KIND_LOAD));
-        // The derivative from a checkpoint loads every product: two products per product of
-        // the scheme remain (dP Q, then += P dQ), and no tangent row computes P Q again.
+        // The derivative from a checkpoint computes no value of the scheme: two products per
+        // product of the scheme remain (dP Q, then += P dQ), none in a tangent row (whose
+        // kernel would be in its shader), and it loads what the forward stores.
         let saved = kinds(frechet_saved_table());
         let count = |k: u32, of: &[u32]| of.iter().filter(|&&x| x == k).count();
         assert!(!saved.contains(&KIND_TANGENT) && !saved.contains(&KIND_STORE));
-        assert_eq!(count(KIND_MUL, &saved), 2 * count(KIND_LOAD, &saved));
+        let products: usize = plan::table(ExpmMethod::Taylor, Precision::Single)
+            .iter()
+            .map(|&(m, _)| {
+                let program = scheme::taylor(m);
+                let is_product = |s: &&Step| matches!(s, Step::MatMul(..));
+                program.steps.iter().filter(is_product).count()
+            })
+            .sum();
+        assert_eq!(count(KIND_MUL, &saved), 2 * products);
         assert_eq!(count(KIND_LOAD, &saved), count(KIND_STORE, &saving));
     }
 
@@ -765,8 +906,15 @@ mod tests {
         // Taylor 18 has 5 products and 8 combinations over 15 values: far fewer slots suffice.
         let table = forward_table(ExpmMethod::Taylor);
         assert!(table.slots <= 9, "{} slots", table.slots);
-        for derivative in [frechet_table(), frechet_saved_table()] {
-            assert!(derivative.slots <= 16, "{} slots", derivative.slots);
-        }
+        assert!(
+            frechet_table().slots <= 16,
+            "{} slots",
+            frechet_table().slots
+        );
+        // The derivative from a checkpoint holds no more slots than the forward: seven 64 x 64
+        // slots are 112 KiB, two cubes per multiprocessor on an H100 or H200.
+        let saved = frechet_saved_table();
+        assert!(saved.slots <= saving_table().slots, "{} slots", saved.slots);
+        assert!(saved.slots <= 7, "{} slots", saved.slots);
     }
 }
