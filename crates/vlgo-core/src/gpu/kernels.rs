@@ -1237,13 +1237,13 @@ fn run(
                     );
                 } else if comptime!(saving) {
                     if kind == KIND_STORE {
-                        // The product in `dst` joins the checkpoint as number s1.
+                        // The value in `dst` joins the checkpoint as number s1.
                         let to = saved_product(count, nn, mat, s1);
                         store::<Array<f32>>(&slot_view, dst * nn, work, to, n, false, staged);
                     }
                 } else if comptime!(from_saved) {
                     if kind == KIND_LOAD {
-                        // The forward's product number s1 into `dst`.
+                        // The forward's saved value number s1 into `dst`.
                         let from = saved_product(count, nn, mat, s1);
                         let one = f32::new(1.0);
                         load_scaled(v, from, &mut slot_view, dst * nn, one, n, false, staged);
@@ -1347,7 +1347,8 @@ pub(crate) fn frechet_kernel(
 }
 
 /// exp(A) by Taylor into `out`, with the checkpoint of its derivative (per matrix its plan and
-/// the scheme's products, [`checkpoint_len`] floats) at the start of `work`.
+/// the scheme's values that the derivative reads, [`checkpoint_len`] floats) at the start of
+/// `work`.
 #[cube(launch_unchecked)]
 pub(crate) fn expm_saving_kernel(
     a: &Tensor<f32>,
@@ -1384,9 +1385,9 @@ pub(crate) fn expm_saving_kernel(
     );
 }
 
-/// L(A^T, G) from the checkpoint `saved` of [`expm_saving_kernel`]: its plans and products,
-/// two products per product of the scheme where [`frechet_kernel`] takes three, and no
-/// planning.
+/// L(A^T, G) from the checkpoint `saved` of [`expm_saving_kernel`]: its plans and values, the
+/// tangents alone (two products per product of the scheme where [`frechet_kernel`] takes
+/// three), and no planning.
 #[cube(launch_unchecked)]
 pub(crate) fn frechet_saved_kernel(
     a: &Tensor<f32>,

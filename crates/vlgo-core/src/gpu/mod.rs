@@ -113,7 +113,7 @@ fn setting(cell: &OnceLock<Option<usize>>, var: &str) -> Option<usize> {
 /// matrices and 4 floats), or
 /// `None` where it keeps none: Padé (its backward
 /// differentiates the Taylor scheme), input the kernels do not take, an empty batch, a
-/// checkpoint larger than half a buffer of the device or of 2^31 floats or more (the kernels
+/// checkpoint larger than half a buffer of the device or of 2^31 - 1 floats or more (the kernels
 /// index with 32 bits: about 74,800 matrices of 64 x 64), or [`CHECKPOINT_VAR`] = `0`.
 pub fn checkpoint_floats<R: CubeRuntime>(
     client: &ComputeClient<R>,

@@ -5,7 +5,9 @@
 //! becomes a row of the `ops` table (kind, destination, up to five source slots, a flag) with
 //! its coefficients in the same row of `vals`. The forward adds Padé's solve; the Fréchet
 //! derivative interleaves forward mode (d(PQ) = dP Q + P dQ) with the scheme, each product and
-//! its tangent in one row (whose last slot field is the tangent's destination). A header indexed
+//! its tangent in one row (whose last slot field is the tangent's destination). Under autodiff
+//! the Taylor forward also stores the values its derivative reads, and the derivative from that
+//! checkpoint loads them and computes the tangents alone. A header indexed
 //! by degree gives each program's first row, length and result slots, so the device picks a
 //! program per matrix from the plan without the host.
 
@@ -553,8 +555,8 @@ fn assemble(
 }
 
 /// The forward programs of `method` for f32 compute: r_m(X) = (V - U)^{-1} (V + U) for Padé,
-/// T(X) for Taylor, one per degree of the f32 table. With `save` (Taylor only) each product is
-/// also saved for [`frechet_saved_table`].
+/// T(X) for Taylor, one per degree of the f32 table. With `save` (Taylor only) the values of
+/// [`saved_values`] are also saved for [`frechet_saved_table`].
 fn forward(method: ExpmMethod, save: bool) -> Table {
     let thetas = plan::table(method, Precision::Single);
     let flows = thetas
@@ -616,8 +618,8 @@ pub(crate) fn forward_table(method: ExpmMethod) -> &'static Table {
     }
 }
 
-/// The Taylor forward table that also saves each product (the checkpointing forward), built
-/// once.
+/// The Taylor forward table that also saves the values its derivative reads (the
+/// checkpointing forward), built once.
 pub(crate) fn saving_table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| forward(ExpmMethod::Taylor, true))
@@ -629,7 +631,7 @@ pub(crate) fn frechet_table() -> &'static Table {
     TABLE.get_or_init(|| frechet(false))
 }
 
-/// The Fréchet-derivative table over the products of [`saving_table`], built once.
+/// The Fréchet-derivative table over the values that [`saving_table`] saves, built once.
 pub(crate) fn frechet_saved_table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| frechet(true))
@@ -903,7 +905,7 @@ mod tests {
 
     #[test]
     fn slots_are_reused() {
-        // Taylor 18 has 5 products and 8 combinations over 15 values: far fewer slots suffice.
+        // Taylor 18 has 5 products and 8 combinations over 14 values: far fewer slots suffice.
         let table = forward_table(ExpmMethod::Taylor);
         assert!(table.slots <= 9, "{} slots", table.slots);
         assert!(
