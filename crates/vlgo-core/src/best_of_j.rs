@@ -23,7 +23,7 @@ pub struct BestOfJ<B: Backend> {
     pub noise: Tensor<B, 2>,
     /// Index of the winning candidate per datum.
     pub winner: Vec<usize>,
-    /// Reconstruction error ||T(c) z0 - z1||^2 of the winner per datum, [N] (no gradient;
+    /// Reconstruction error ||T(c) z0 - z1||^2 of the winner per datum, `[N]` (no gradient;
     /// +inf where no candidate's transport is finite).
     pub error: Tensor<B, 1>,
 }

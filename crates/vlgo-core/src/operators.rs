@@ -265,7 +265,7 @@ impl<B: Backend> LieOperators<B> {
         Ok(c.matmul(flat).reshape([n, s, b, b]))
     }
 
-    /// F-norm of each generator over all its blocks, ||Psi_m||_F, [M].
+    /// F-norm of each generator over all its blocks, ||Psi_m||_F, `[M]`.
     pub fn generator_norms(&self) -> Tensor<B, 1> {
         let m = self.num_operators();
         self.psi

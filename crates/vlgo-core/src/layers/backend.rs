@@ -33,7 +33,7 @@ pub trait LayerBackend: Backend {
     }
 
     /// Training-mode batch norm of x [N, C, S] with the batch's statistics: the output, the
-    /// per-channel mean and the biased variance (both [C]).
+    /// per-channel mean and the biased variance (both `[C]`).
     fn batch_norm_train(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -55,7 +55,7 @@ pub trait LayerBackend: Backend {
         tensor_ops::batch_norm_backward::<Self>(x, gamma, stats, epsilon, grad)
     }
 
-    /// y = scale[c] x + shift[c] for x [N, C, S]: batch norm in evaluation mode.
+    /// `y = scale[c] x + shift[c]` for x `[N, C, S]`: batch norm in evaluation mode.
     fn channel_affine(
         x: FloatTensor<Self>,
         scale: FloatTensor<Self>,

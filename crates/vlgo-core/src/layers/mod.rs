@@ -21,7 +21,7 @@ use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
 /// The convolution of `x` [N, C_in, H, W] with `weight` [C_out, C_in / groups, kh, kw], plus
-/// `bias` [C_out]; differentiable on `Autodiff`.
+/// `bias` `[C_out]`; differentiable on `Autodiff`.
 ///
 /// Shapes and options are checked as Burn checks them (a mismatch panics there, as it does in
 /// `burn::tensor::module::conv2d`); [`conv2d_module`] is the way to call it on a module.
@@ -95,7 +95,7 @@ pub fn conv2d_module<B: LayerBackend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tens
 }
 
 /// Training-mode batch norm of `x` [N, C, ...] with the batch's statistics: the output, and the
-/// per-channel mean and biased variance (both [C], outside the autodiff graph).
+/// per-channel mean and biased variance (both `[C]`, outside the autodiff graph).
 ///
 /// ```
 /// use burn::backend::NdArray;
