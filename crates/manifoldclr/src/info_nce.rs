@@ -70,7 +70,7 @@ impl InfoNceConfig {
     }
 }
 
-/// The InfoNCE loss (a scalar, shape [1]) of the positive pairs (a_i, b_i), with `extra` rows
+/// The InfoNCE loss (a scalar, shape `[1]`) of the positive pairs (a_i, b_i), with `extra` rows
 /// (e.g. ManifoldCLR's clean features) as further negatives of every anchor but not anchors.
 ///
 /// ```

@@ -2,7 +2,7 @@
 //! manifolds by variational Lie group operators (design note `math.md`, section 5).
 //!
 //! The ResNet-18 backbone ([`ResNet18Config`]), projection heads ([`ProjectionHead`]), InfoNCE
-//! in both variants ([`info_nce`]), and the SimCLR family and the ManifoldCLR methods behind one
+//! in both variants ([`info_nce()`]), and the SimCLR family and the ManifoldCLR methods behind one
 //! interface ([`Method`], [`ContrastiveModel`]; the Lie group part in [`manifold`]).
 //!
 //! ```

@@ -166,11 +166,11 @@ impl ManifoldConfig {
 /// The manifold terms and diagnostics of one step.
 #[derive(Debug, Clone)]
 pub struct ManifoldStep<B: Backend> {
-    /// L_m, shape [1].
+    /// L_m, shape `[1]`.
     pub loss_manifold: Tensor<B, 1>,
-    /// KL(q || prior), shape [1].
+    /// KL(q || prior), shape `[1]`.
     pub kl: Tensor<B, 1>,
-    /// lambda L_m + beta KL (+ the shift penalty), shape [1].
+    /// lambda L_m + beta KL (+ the shift penalty), shape `[1]`.
     pub loss: Tensor<B, 1>,
     /// Distance improvement of the encoder's sample (< 1: the operators move z0 toward z1).
     pub distance_improvement: f64,

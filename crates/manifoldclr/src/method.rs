@@ -273,10 +273,10 @@ impl ContrastiveConfig {
 /// The loss of one step and the features it saw.
 #[derive(Debug, Clone)]
 pub struct StepLoss<B: Backend> {
-    /// The loss to minimise, shape [1]: InfoNCE, plus lambda L_m + beta KL for the methods with
+    /// The loss to minimise, shape `[1]`: InfoNCE, plus lambda L_m + beta KL for the methods with
     /// operators.
     pub loss: Tensor<B, 1>,
-    /// The InfoNCE term, shape [1].
+    /// The InfoNCE term, shape `[1]`.
     pub loss_nce: Tensor<B, 1>,
     /// The manifold terms and diagnostics (methods with operators).
     pub manifold: Option<ManifoldStep<B>>,
