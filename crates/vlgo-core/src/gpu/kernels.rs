@@ -915,7 +915,7 @@ pub(crate) fn checkpoint_len(count: usize, n: usize) -> usize {
 /// Where a checkpoint holds matrix `mat`'s saved value `k` (after the `count` plans; matrix
 /// `count`'s first value would start at the checkpoint's end).
 #[cube]
-fn saved_product(count: usize, nn: usize, mat: usize, k: usize) -> usize {
+fn saved_value(count: usize, nn: usize, mat: usize, k: usize) -> usize {
     count * PLAN_STRIDE + (mat * SAVED + k) * nn
 }
 
@@ -1029,7 +1029,7 @@ fn run(
         // The checkpointing forward keeps its checkpoint ahead of the slots.
         let mut base = CUBE_POS * slots * nn;
         if comptime!(saving) {
-            base += saved_product(count, nn, count, 0);
+            base += saved_value(count, nn, count, 0);
         }
         work.slice_mut(base, base + slots * nn)
     } else {
@@ -1146,6 +1146,8 @@ fn run(
                             matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n);
                         }
                     } else if comptime!(wide && !frechet) {
+                        // The forward's products: a call of its own, not a loop of one part
+                        // (the shader it has been timed with).
                         matmul_wide(&mut slot_view, s1 * nn, s2 * nn, dst * nn, flag, n);
                     } else {
                         // A tangent step is three products: P Q, dP Q, then += P dQ (one call
@@ -1238,13 +1240,13 @@ fn run(
                 } else if comptime!(saving) {
                     if kind == KIND_STORE {
                         // The value in `dst` joins the checkpoint as number s1.
-                        let to = saved_product(count, nn, mat, s1);
+                        let to = saved_value(count, nn, mat, s1);
                         store::<Array<f32>>(&slot_view, dst * nn, work, to, n, false, staged);
                     }
                 } else if comptime!(from_saved) {
                     if kind == KIND_LOAD {
                         // The forward's saved value number s1 into `dst`.
-                        let from = saved_product(count, nn, mat, s1);
+                        let from = saved_value(count, nn, mat, s1);
                         let one = f32::new(1.0);
                         load_scaled(v, from, &mut slot_view, dst * nn, one, n, false, staged);
                     }

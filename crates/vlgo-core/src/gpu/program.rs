@@ -162,10 +162,7 @@ impl Flow {
         for k in lazy_order(program) {
             map[k + 1] = match &program.steps[k] {
                 Step::MatMul(i, j) => self.mul(map[*i], map[*j]),
-                Step::Lin(terms, eye) => {
-                    let terms: Vec<_> = terms.iter().map(|&(v, c)| (map[v], c)).collect();
-                    self.lin(&terms, *eye)
-                }
+                Step::Lin(terms, eye) => self.lin(&relabel(terms, &map), *eye),
             };
             if let Some(index) = saved.iter().position(|&v| v == k + 1) {
                 self.steps.push((map[k + 1], Op::Store { index }));
@@ -190,10 +187,8 @@ impl Flow {
                     dmap[k + 1] = d;
                 }
                 Step::Lin(terms, eye) => {
-                    let primal: Vec<_> = terms.iter().map(|&(v, c)| (map[v], c)).collect();
-                    let tangent: Vec<_> = terms.iter().map(|&(v, c)| (dmap[v], c)).collect();
-                    map[k + 1] = self.lin(&primal, *eye);
-                    dmap[k + 1] = self.lin(&tangent, 0.0);
+                    map[k + 1] = self.lin(&relabel(terms, &map), *eye);
+                    dmap[k + 1] = self.lin(&relabel(terms, &dmap), 0.0);
                 }
             }
         }
@@ -253,27 +248,20 @@ impl Flow {
                         .find(|&v| v > 0 && taken_by[v - 1] == Some(k));
                     let rest: Vec<(usize, f64)> = terms
                         .iter()
+                        .copied()
                         .filter(|t| Some(t.0) != taken)
-                        .map(|&(v, c)| (v, c))
                         .collect();
-                    dmap[k + 1] = match (taken, rest.as_slice()) {
-                        (None, _) => {
-                            let tangent: Vec<_> = rest.iter().map(|&(v, c)| (dmap[v], c)).collect();
-                            self.lin(&tangent, 0.0)
-                        }
-                        (Some(p), rest) => {
+                    dmap[k + 1] = match taken {
+                        None => self.lin(&relabel(&rest, &dmap), 0.0),
+                        Some(p) => {
                             let Step::MatMul(i, j) = program.steps[p - 1] else {
                                 unreachable!("only products are taken in")
                             };
-                            let into = match rest {
+                            let into = match rest.as_slice() {
                                 [] => None,
                                 // The one other term's tangent is read nowhere else: add in place.
                                 [(v, c)] if *c == 1.0 && *v > 0 && uses[*v] == 1 => Some(dmap[*v]),
-                                _ => {
-                                    let tangent: Vec<_> =
-                                        rest.iter().map(|&(v, c)| (dmap[v], c)).collect();
-                                    Some(self.lin(&tangent, 0.0))
-                                }
+                                _ => Some(self.lin(&relabel(&rest, &dmap), 0.0)),
                             };
                             self.product_tangent(into, (i, dmap[i]), (j, dmap[j]), &saved)
                         }
@@ -456,6 +444,12 @@ fn fuse_tangents(rows: Vec<([u32; ROW], [f32; ROW])>) -> Vec<([u32; ROW], [f32; 
         k += 1;
     }
     out
+}
+
+/// `terms` of a scheme's combination with each scheme value v replaced by the flow value
+/// `map[v]`.
+fn relabel(terms: &[(usize, f64)], map: &[usize]) -> Vec<(usize, f64)> {
+    terms.iter().map(|&(v, c)| (map[v], c)).collect()
 }
 
 /// The scheme values a checkpointing forward saves, in the order of their numbers in the
