@@ -60,3 +60,10 @@ pub fn to_f64<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
         .to_vec::<f64>()
         .expect("float tensor converts to f64")
 }
+
+/// The degree and number of squarings that the f32 exponential of `method` picks for a matrix
+/// of 1-norm `norm` (every path picks them so: the CPU kernels, the tensor-op path and the GPU
+/// kernels, which plan on the device), for tests that read a plan back.
+pub fn f32_expm_plan(norm: f64, method: crate::expm::ExpmMethod) -> (usize, u32) {
+    crate::expm::plan::choose(norm, method, crate::expm::plan::Precision::Single)
+}

@@ -164,7 +164,7 @@ pub fn expmv<R: CubeRuntime>(
     let layout = TaylorLayout::new(&a.client, n, count, 0);
     route(&a, &routes, &layout, config);
     let table = program::forward_table(ExpmMethod::Pade);
-    let l = Launch::new(a.clone(), table, false, dense_grid(table, n));
+    let l = Launch::new(a.clone(), table, dense_grid(table, n));
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
@@ -217,7 +217,7 @@ pub fn expmv_backward<R: CubeRuntime>(
         return out;
     }
     let table = program::frechet_table();
-    let l = Launch::new(a.clone(), table, true, dense_grid(table, n));
+    let l = Launch::new(a.clone(), table, dense_grid(table, n));
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {

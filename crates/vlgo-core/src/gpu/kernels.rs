@@ -2,9 +2,8 @@
 //!
 //! The kernels are small interpreters. The host compiles each scheme of `expm::scheme` into a
 //! slot program ([`super::program`]): products, linear combinations and a solve over n x n slots
-//! of the cube's workspace. [`plan_kernel`] picks every matrix's degree and squarings on the
-//! device; [`expm_kernel`] and [`frechet_kernel`] then run that degree's program and the
-//! squarings. Matrix size, degree and k-slab width are run-time values: a shader is compiled per
+//! of the cube's workspace. [`expm_kernel`] and [`frechet_kernel`] load a matrix, pick its
+//! degree and squarings from its 1-norm, then run that degree's program and the squarings. Matrix size, degree and k-slab width are run-time values: a shader is compiled per
 //! workgroup size (32 to 256 units, by n), per power of two of n above 64 and, where the slots
 //! are resident, per power of two of n^2 and (on CUDA) whether n is a multiple of 4, not per n
 //! and degree (a per-size shader took seconds
@@ -28,8 +27,8 @@ use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
 use super::program::{
-    ENTRY, HEADER, KIND_COMBINE, KIND_LOAD, KIND_MUL, KIND_SOLVE, KIND_STORE, KIND_TANGENT, ROW,
-    SAVED,
+    ENTRY, HEADER, KIND_COMBINE, KIND_LOAD, KIND_MUL, KIND_SOLVE, KIND_STORE, KIND_TANGENT,
+    PLAN_HEADER, ROW, SAVED,
 };
 use super::taylor::{ROUTE_DENSE, ROUTE_STRIDE, is_kind};
 
@@ -54,133 +53,119 @@ fn barrier(#[comptime] staged: bool) {
 /// Four f32 read or written by one instruction (a 16-byte shared-memory access).
 type F4 = Vector<f32, Const<4>>;
 
-/// Per matrix: 1-norm (of A, or of A^T when `rows`), then degree, s and 2^-s as
-/// `expm::plan::choose` picks them from `thetas` ((theta, degree) pairs, ascending).
+/// The plan of the matrix in slot 0 (A, or A^T in the derivatives), as `expm::plan::choose`
+/// picks it from its 1-norm and the planning table `table` ([`PLAN_HEADER`] floats, then
+/// (theta, degree) pairs, ascending): [2^-s (a NaN made from the data for a non-finite
+/// matrix), s, degree, 1 for a finite matrix or 0], the same in every unit.
 ///
-/// Non-finite norms get the highest degree and no squaring, as on the CPU paths: the output is
-/// NaN or Inf either way and s never depends on log2(inf).
-#[cube(launch)]
-pub(crate) fn plan_kernel(
-    a: &Tensor<f32>,
-    thetas: &Array<f32>,
-    plan: &mut Array<f32>,
-    n: u32,
-    degrees: u32,
-    max_s: f32,
-    #[comptime] rows: bool,
-) {
-    let n = n as usize;
+/// The column sums are formed in the slots after slot 0, which hold nothing yet (the tables
+/// have at least three slots): where the cube has at least twice as many units as columns,
+/// `groups` units share a column (each summing every groups-th entry, a quarter of the
+/// dependent reads at n = 64 and 256 units) and the column's partial sums are added after a
+/// barrier. Every unit then reads the n sums and decides the plan itself, which saves a barrier
+/// and a broadcast. Non-finite matrices get the highest degree and no squaring, as on the CPU
+/// paths: the output is NaN or Inf either way and s never depends on log2(inf). The caller must
+/// meet a barrier before the slots after slot 0 are written again.
+#[cube]
+fn plan_here(
+    work: &mut Slice<f32, ReadWrite>,
+    table: &Array<f32>,
+    n: usize,
+    slots: usize,
+    #[comptime] staged: bool,
+) -> F4 {
     let nn = n * n;
-    let count = a.len() / nn;
     let tid = UNIT_POS as usize;
     let units = CUBE_DIM as usize;
-    let mut top = SharedMemory::<f32>::new(MAX_UNITS);
-    let mut bad = SharedMemory::<f32>::new(MAX_UNITS);
-    let mut part = SharedMemory::<f32>::new(MAX_UNITS);
-    // Where the cube has at least twice as many units as columns, `groups` units share a
-    // column, each summing every groups-th entry (a quarter of the dependent reads at n = 64
-    // and 256 units), and the column's partial sums are added after a barrier.
-    let groups = max(units / n, 1);
-    let mut mat = CUBE_POS;
-    while mat < count {
-        let src = mat * nn;
-        if groups > 1 {
-            let g = tid / n;
-            let mut s = f32::new(0.0);
-            if g < groups {
-                let j = tid % n;
-                let mut i = g;
-                while i < n {
-                    let mut v = a[src + i * n + j];
-                    if comptime!(rows) {
-                        v = a[src + j * n + i];
-                    }
-                    s += v.abs();
-                    i += groups;
-                }
-            }
-            part[tid] = s;
-            sync_cube();
+    // The partial sums and then the column sums fit in slots 1.. ((groups + 1) n floats).
+    let groups = max(min(units / n, (slots - 1) * n - 1), 1);
+    let mut p = tid;
+    while p < groups * n {
+        let g = p / n;
+        let j = p % n;
+        let mut s = f32::new(0.0);
+        let mut i = g;
+        while i < n {
+            s += work[i * n + j].abs();
+            i += groups;
         }
-        let mut best = f32::new(0.0);
-        // Non-finite sums are recognised by their exponent bits: WGSL lets a compiler assume
-        // that no NaN or Inf exists, so float comparisons and `is_nan` may be folded away.
-        // `flag` is 0 for finite columns, else a quiet NaN made from data at run time (WGSL has
-        // no NaN literal).
-        let mut flag = f32::new(0.0);
+        work[nn + p] = s;
+        p += units;
+    }
+    barrier(staged);
+    let mut sums = nn;
+    if groups > 1 {
+        sums = nn + groups * n;
         let mut j = tid;
         while j < n {
             let mut s = f32::new(0.0);
-            if groups > 1 {
-                for g in 0..groups {
-                    s += part[g * n + j];
-                }
-            } else {
-                for i in 0..n {
-                    let mut v = a[src + i * n + j];
-                    if comptime!(rows) {
-                        v = a[src + j * n + i];
-                    }
-                    s += v.abs();
-                }
+            for g in 0..groups {
+                s += work[nn + g * n + j];
             }
-            let bits = u32::reinterpret(s);
-            if (bits & 0x7f80_0000u32) == 0x7f80_0000u32 {
-                flag = f32::reinterpret(bits | 0x0040_0000u32);
-            } else {
-                best = max(best, s);
-            }
+            work[sums + j] = s;
             j += units;
         }
-        top[tid] = best;
-        bad[tid] = flag;
-        sync_cube();
-        if tid == 0 {
-            let mut norm = f32::new(0.0);
-            let mut finite = f32::new(1.0);
-            let mut nan = f32::new(0.0);
-            for u in 0..units {
-                norm = max(norm, top[u]);
-                let bits = u32::reinterpret(bad[u]);
-                if bits != 0u32 {
-                    finite = f32::new(0.0);
-                    nan = bad[u];
-                }
-            }
-            let last = (degrees as usize - 1) * 2;
-            let theta_max = thetas[last];
-            let mut degree = thetas[last + 1];
-            let mut scale = f32::new(1.0);
-            let mut s = f32::new(0.0);
-            if finite > f32::new(0.5) {
-                let mut found = u32::new(0);
-                for k in 0..degrees as usize {
-                    if found == 0u32 && norm <= thetas[2 * k] {
-                        degree = thetas[2 * k + 1];
-                        found = u32::new(1);
-                    }
-                }
-                if found == 0u32 {
-                    // s = ceil(log2(norm / theta)) by halving, capped where 2^-s stays normal.
-                    let mut t = norm / theta_max;
-                    while t > f32::new(1.0) && s < max_s {
-                        t *= f32::new(0.5);
-                        scale *= f32::new(0.5);
-                        s += f32::new(1.0);
-                    }
-                }
-            } else {
-                // The main kernels fill such a matrix with this NaN.
-                scale = nan;
-            }
-            let at = mat * PLAN_STRIDE;
-            plan[at] = scale;
-            plan[at + 1] = s;
-            plan[at + 2] = degree;
-            plan[at + 3] = finite;
+        barrier(staged);
+    }
+    // Non-finite sums are recognised by their exponent bits: WGSL lets a compiler assume that
+    // no NaN or Inf exists, so float comparisons and `is_nan` may be folded away. `nan` is a
+    // quiet NaN made from data at run time (WGSL has no NaN literal).
+    let mut norm = f32::new(0.0);
+    let mut finite = f32::new(1.0);
+    let mut nan = f32::new(0.0);
+    for j in 0..n {
+        let s = work[sums + j];
+        let bits = u32::reinterpret(s);
+        if (bits & 0x7f80_0000u32) == 0x7f80_0000u32 {
+            finite = f32::new(0.0);
+            nan = f32::reinterpret(bits | 0x0040_0000u32);
+        } else {
+            norm = max(norm, s);
         }
-        sync_cube();
-        mat += CUBE_COUNT;
+    }
+    let degrees = u32::cast_from(table[0]) as usize;
+    let max_s = table[1];
+    let last = PLAN_HEADER + (degrees - 1) * 2;
+    let theta_max = table[last];
+    let mut degree = table[last + 1];
+    let mut scale = f32::new(1.0);
+    let mut s = f32::new(0.0);
+    if finite > f32::new(0.5) {
+        let mut found = u32::new(0);
+        for k in 0..degrees {
+            if found == 0u32 && norm <= table[PLAN_HEADER + 2 * k] {
+                degree = table[PLAN_HEADER + 2 * k + 1];
+                found = u32::new(1);
+            }
+        }
+        if found == 0u32 {
+            // s = ceil(log2(norm / theta)) by halving, capped where 2^-s stays normal.
+            let mut t = norm / theta_max;
+            while t > f32::new(1.0) && s < max_s {
+                t *= f32::new(0.5);
+                scale *= f32::new(0.5);
+                s += f32::new(1.0);
+            }
+        }
+    } else {
+        // The interpreter fills such a matrix's output with this NaN.
+        scale = nan;
+    }
+    let mut plan = F4::empty();
+    plan[0] = scale;
+    plan[1] = s;
+    plan[2] = degree;
+    plan[3] = finite;
+    plan
+}
+
+/// work[e] *= scale over slot 0, each unit its own entries (no barrier: the caller meets one).
+#[cube]
+fn scale_in_place(work: &mut Slice<f32, ReadWrite>, scale: f32, n: usize) {
+    let mut e = UNIT_POS as usize;
+    while e < n * n {
+        work[e] = work[e] * scale;
+        e += CUBE_DIM as usize;
     }
 }
 
@@ -321,17 +306,6 @@ fn combine(
         }
     }
     barrier(staged);
-}
-
-/// out[at..at + PLAN_STRIDE] = plans[at..], by the cube's first unit.
-#[cube]
-fn copy_plan(plans: &Slice<f32>, out: &mut Array<f32>, at: usize) {
-    if UNIT_POS == 0 {
-        #[unroll]
-        for k in 0..PLAN_STRIDE {
-            out[at + k] = plans[at + k];
-        }
-    }
 }
 
 /// work[c] = work[a] work[b], or += when `accumulate` is 1; `c` must differ from `a` and `b`.
@@ -963,10 +937,12 @@ fn store_matvec(
     barrier(staged);
 }
 
-/// The interpreter shared by the kernels. Per matrix: load X = 2^-s A (A^T for the Fréchet
-/// derivative, with E = 2^-s G in slot 1), run the program of the plan's degree, then the
-/// squarings: T -> T^2, and for the derivative also dT -> dT T + T dT, ping-ponging with the
-/// spare slots that the program's header names.
+/// The interpreter shared by the kernels. Per matrix: load A (A^T for the Fréchet derivative)
+/// and plan it ([`plan_here`] with the planning table `plan`; the derivative from a checkpoint
+/// reads the forward's plan from `v` instead), scale it to X = 2^-s A (with E = 2^-s G in
+/// slot 1 for the derivative), run the program of the plan's degree, then the squarings:
+/// T -> T^2, and for the derivative also dT -> dT T + T dT, ping-ponging with the spare slots
+/// that the program's header names.
 ///
 /// `mode` says what is computed and stored ([`MODE_EXPM`] ...). In the `expmv` modes `v` and `u`
 /// are the vectors v and g [N, n], only matrices whose route (`routes`) is dense are taken, and
@@ -975,8 +951,8 @@ fn store_matvec(
 /// The kernels that call it are launched without bounds checks (which took a compare and a
 /// select from every read of the product's inner loop), on these invariants: every matrix index
 /// is below the batch, every slot below the table's count, shared arrays within their
-/// compile-time sizes (`Layout`), and the loops are bounded by n, the program and the plan's
-/// squarings.
+/// compile-time sizes (`Layout`), the tables have at least three slots (the planning's column
+/// sums), and the loops are bounded by n, the program and the plan's squarings.
 ///
 /// `wide` is set only with resident slots (`resident` > 0) and n a multiple of 4 (`Layout`): the
 /// wide kernels read shared memory as vectors and end with the cube barrier alone. Only the
@@ -1042,38 +1018,62 @@ fn run(
     let mut fac = SharedMemory::<f32>::new(comptime!(cap.max(1)));
     let mut mag = SharedMemory::<f32>::new(comptime!(if cap > 0 { MAX_UNITS } else { 1 }));
     let mut arg = SharedMemory::<f32>::new(comptime!(if cap > 0 { MAX_UNITS } else { 1 }));
+    let one = f32::new(1.0);
     let mut mat = CUBE_POS;
     while mat < count {
-        // The plan: the planning kernel's, or (from a checkpoint) the forward's, so that the
-        // derivative is that of the exponential the forward computed.
-        let plans = if comptime!(from_saved) {
-            v.to_slice()
-        } else {
-            plan.to_slice()
-        };
         let at = mat * PLAN_STRIDE;
-        let scale = plans[at];
-        let squarings = u32::cast_from(plans[at + 1]) as usize;
-        let degree = u32::cast_from(plans[at + 2]) as usize;
-        let mut take = plans[at + 3] > f32::new(0.5);
-        if comptime!(saving) {
-            copy_plan(&plans, work, at);
+        let mut scale = f32::new(1.0);
+        let mut squarings = 0usize;
+        let mut degree = 0usize;
+        let mut take = true;
+        if comptime!(from_saved) {
+            // The forward's plan, so that the derivative is that of the exponential the
+            // forward computed.
+            let plans = v.to_slice();
+            scale = plans[at];
+            squarings = u32::cast_from(plans[at + 1]) as usize;
+            degree = u32::cast_from(plans[at + 2]) as usize;
+            take = plans[at + 3] > f32::new(0.5);
         }
         if comptime!(vectors) {
             take = is_kind(routes[mat * ROUTE_STRIDE], ROUTE_DENSE);
         }
+        if comptime!(!from_saved) {
+            // A (A^T in the derivatives) into slot 0 as it is, then the plan from its 1-norm,
+            // then X = 2^-s A in place: the matrix is read from device memory once.
+            if take {
+                load_scaled(a, mat * nn, &mut slot_view, 0, one, n, frechet, staged);
+                let p = plan_here(&mut slot_view, plan, n, slots, staged);
+                scale = p[0];
+                squarings = u32::cast_from(p[1]) as usize;
+                degree = u32::cast_from(p[2]) as usize;
+                let finite = p[3] > f32::new(0.5);
+                if comptime!(saving) {
+                    if UNIT_POS == 0 {
+                        #[unroll]
+                        for k in 0..PLAN_STRIDE {
+                            work[at + k] = p[k];
+                        }
+                    }
+                }
+                if comptime!(!vectors) {
+                    take = finite;
+                }
+                // A routed non-finite matrix becomes NaN (its scale), as the output would.
+                if squarings > 0 || !finite {
+                    scale_in_place(&mut slot_view, scale, n);
+                }
+                barrier(staged);
+            }
+        }
         if take {
             if comptime!(mode == MODE_DENSE_BACKWARD) {
-                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, true, staged);
                 load_outer(u, v, mat * n, &mut slot_view, nn, scale, n, staged);
             } else if comptime!(from_saved) {
                 load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, false, staged);
                 load_scaled(g, mat * nn, &mut slot_view, nn, scale, n, true, staged);
-            } else {
-                load_scaled(a, mat * nn, &mut slot_view, 0, scale, n, frechet, staged);
-                if comptime!(mode == MODE_FRECHET) {
-                    load_scaled(g, mat * nn, &mut slot_view, nn, scale, n, false, staged);
-                }
+            } else if comptime!(mode == MODE_FRECHET) {
+                load_scaled(g, mat * nn, &mut slot_view, nn, scale, n, false, staged);
             }
             let entry = degree * ENTRY;
             let start = ops[entry] as usize;
@@ -1238,16 +1238,16 @@ fn run(
                         staged,
                     );
                 } else if comptime!(saving) {
-                    if kind == KIND_STORE {
-                        // The value in `dst` joins the checkpoint as number s1.
+                    // The value in `dst` joins the checkpoint as number s1 (the result, flag 1,
+                    // only where the derivative will square it).
+                    if kind == KIND_STORE && (flag == 0u32 || squarings > 0) {
                         let to = saved_value(count, nn, mat, s1);
                         store::<Array<f32>>(&slot_view, dst * nn, work, to, n, false, staged);
                     }
                 } else if comptime!(from_saved) {
-                    if kind == KIND_LOAD {
-                        // The forward's saved value number s1 into `dst`.
+                    // The forward's saved value number s1 into `dst` (as the store).
+                    if kind == KIND_LOAD && (flag == 0u32 || squarings > 0) {
                         let from = saved_value(count, nn, mat, s1);
-                        let one = f32::new(1.0);
                         load_scaled(v, from, &mut slot_view, dst * nn, one, n, false, staged);
                     }
                 }
@@ -1283,7 +1283,8 @@ fn run(
     }
 }
 
-/// exp(A) for a batch [count, n, n], with the plan's degree and squarings per matrix.
+/// exp(A) for a batch [count, n, n], each matrix with its own degree and squarings from the
+/// planning table `plan`.
 ///
 /// `slab` floats of shared memory per operand slab and `cap` >= n multipliers of the solve are
 /// the only compile-time arguments (with the workgroup size of the launch).

@@ -3,8 +3,8 @@
 //! * [`expm`]: Padé [m/m] (m in {3, 5, 7}, in-kernel Gauss-Jordan with partial pivoting) or
 //!   Bader-Blanes-Casas Taylor (degrees 1 to 18), then the squarings: the schemes and degree
 //!   tables of the tensor-op path, compiled into slot programs (`program`) that the kernels
-//!   interpret. Degree and scaling are chosen per matrix on the device by a planning kernel: no
-//!   host synchronisation.
+//!   interpret. Degree and scaling are chosen per matrix on the device, by the kernel itself
+//!   from the matrix it has loaded: no host synchronisation and no second read of A.
 //! * [`expm_backward`]: the adjoint of A, L(A^T, G), by forward-mode differentiation of the
 //!   Taylor scheme and its squarings, which recomputes the forward in the same kernel and stores
 //!   nothing between the passes. Both forward methods use it: each approximates exp to the f32
@@ -12,7 +12,7 @@
 //! * [`expm_checkpointed`] / [`expm_backward_checkpointed`]: what autodiff runs for Taylor. The
 //!   forward also keeps its plan and the scheme's values that the derivative reads
 //!   ([`checkpoint_floats`]); the backward loads them and computes tangents alone (two products
-//!   per product of the scheme where [`expm_backward`] takes three, no planning pass, and as
+//!   per product of the scheme where [`expm_backward`] takes three, no second planning, and as
 //!   few slots as the forward), with the forward's degree and s.
 //!   [`CHECKPOINT_VAR`] = `0` keeps the recomputing backward.
 //!
@@ -53,7 +53,7 @@ use burn_cubecl::{CubeRuntime, cubecl::prelude::*};
 use cubecl::{CubeCount, CubeDim};
 
 use crate::expm::ExpmMethod;
-use kernels::{MAX_UNITS, PLAN_STRIDE};
+use kernels::MAX_UNITS;
 use program::Table;
 
 /// Largest matrix size the kernels take (a k-slab of one column, 2 n floats, and the solve's n
@@ -84,7 +84,7 @@ pub const WIDE_VAR: &str = "VLGO_GPU_WIDE";
 
 /// Environment variable: `0` makes the Taylor forward under autodiff keep no checkpoint, so that
 /// the backward recomputes the scheme's products (three products per product instead of two,
-/// and a planning pass), for A/B runs and where memory is short. Read once per process.
+/// and planning again), for A/B runs and where memory is short. Read once per process.
 pub const CHECKPOINT_VAR: &str = "VLGO_GPU_CHECKPOINT";
 
 /// Whether the interpreter may read resident slots four floats at a time on this backend:
@@ -312,35 +312,11 @@ fn empty<R: CubeRuntime>(like: &CubeTensor<R>, len: usize) -> CubeTensor<R> {
     )
 }
 
-/// Runs the planning kernel: per matrix 2^-s, s, degree and the 1-norm (of A^T when `rows`).
-fn plan<R: CubeRuntime>(
-    a: &CubeTensor<R>,
-    layout: &Layout,
-    count: usize,
-    table: &Table,
-    rows: bool,
-) -> CubeTensor<R> {
-    let plan = empty(a, count * PLAN_STRIDE);
-    let thetas = buffer(a, &table.theta_bytes, DType::F32);
-    kernels::plan_kernel::launch::<R>(
-        &a.client,
-        layout.cube_count(),
-        layout.cube_dim(),
-        a.clone().into_tensor_arg(),
-        thetas.into_array_arg(),
-        plan.clone().into_array_arg(),
-        layout.n as u32,
-        table.degrees as u32,
-        program::max_squarings(),
-        rows,
-    );
-    plan
-}
-
 /// Where a launch's per-matrix plans come from.
 enum Plans<R: CubeRuntime> {
-    /// The planning kernel, from the 1-norm of A (or of A^T with `rows`).
-    Kernel { rows: bool },
+    /// The interpreter itself, from the 1-norm of the matrix it loads (A, or A^T in the
+    /// derivatives) and the table's planning table.
+    Here,
     /// A checkpoint of [`expm_checkpointed`], which starts with the forward's plans.
     Checkpoint(Box<CubeTensor<R>>),
 }
@@ -349,6 +325,7 @@ enum Plans<R: CubeRuntime> {
 struct Launch<R: CubeRuntime> {
     a: CubeTensor<R>,
     layout: Layout,
+    /// The planning table ([`Plans::Here`]) or the checkpoint.
     plan: CubeTensor<R>,
     ops: CubeTensor<R>,
     vals: CubeTensor<R>,
@@ -357,9 +334,10 @@ struct Launch<R: CubeRuntime> {
 }
 
 impl<R: CubeRuntime> Launch<R> {
-    /// Plans a launch over a contiguous, non-empty A [count, n, n] with at most `max_grid` cubes.
-    fn new(a: CubeTensor<R>, table: &Table, rows: bool, max_grid: usize) -> Self {
-        Self::with(a, table, Plans::Kernel { rows }, max_grid, 0)
+    /// Plans a launch over a contiguous, non-empty A [count, n, n] with at most `max_grid` cubes,
+    /// whose kernel plans each matrix itself.
+    fn new(a: CubeTensor<R>, table: &Table, max_grid: usize) -> Self {
+        Self::with(a, table, Plans::Here, max_grid, 0)
     }
 
     /// [`Launch::new`] with the plans from `plans` (in `plan`), and `reserve` floats of `work`
@@ -375,7 +353,11 @@ impl<R: CubeRuntime> Launch<R> {
         let (count, n) = (shape[0], shape[1]);
         let layout = Layout::new(&a.client, n, count.min(max_grid), table);
         let plan = match plans {
-            Plans::Kernel { rows } => plan(&a, &layout, count, table, rows),
+            Plans::Here => {
+                // The kernel's planning sums columns in the slots after the first.
+                assert!(table.slots >= 3, "{} slots", table.slots);
+                buffer(&a, &table.plan_bytes, DType::F32)
+            }
             Plans::Checkpoint(checkpoint) => *checkpoint,
         };
         let ops = buffer(&a, &table.ops_bytes, DType::U32);
@@ -405,7 +387,7 @@ pub fn expm<R: CubeRuntime>(a: CubeTensor<R>, method: ExpmMethod) -> CubeTensor<
     if a.meta.shape()[0] == 0 {
         return out;
     }
-    let l = Launch::new(a, program::forward_table(method), false, MAX_GRID);
+    let l = Launch::new(a, program::forward_table(method), MAX_GRID);
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.
     unsafe {
@@ -440,8 +422,7 @@ pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, Cu
     if count == 0 {
         return (out, empty(&a, 0));
     }
-    let plans = Plans::Kernel { rows: false };
-    let l = Launch::with(a, program::saving_table(), plans, MAX_GRID, floats);
+    let l = Launch::with(a, program::saving_table(), Plans::Here, MAX_GRID, floats);
     let work = l.work.clone();
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::with` sized every buffer and shared array,
@@ -468,7 +449,7 @@ pub fn expm_checkpointed<R: CubeRuntime>(a: CubeTensor<R>) -> (CubeTensor<R>, Cu
 /// The adjoint of A given the adjoint `grad` of exp(A) and the checkpoint of
 /// [`expm_checkpointed`]: L(A, G^T)^T with the forward's plan, by the tangents alone over the
 /// saved values: two products per product of the scheme (where [`expm_backward`] takes three),
-/// no planning pass, and no more slots than the forward.
+/// no second planning, and no more slots than the forward.
 ///
 /// # Panics
 ///
@@ -527,7 +508,7 @@ pub fn expm_backward<R: CubeRuntime>(a: CubeTensor<R>, grad: CubeTensor<R>) -> C
     if a.meta.shape()[0] == 0 {
         return out;
     }
-    let l = Launch::new(a, program::frechet_table(), true, MAX_GRID);
+    let l = Launch::new(a, program::frechet_table(), MAX_GRID);
     let grad = into_contiguous(grad);
     // SAFETY: the interpreter stays within its arguments and its loops are bounded (the
     // invariants on `kernels::run`); `Launch::new` sized every buffer and shared array.

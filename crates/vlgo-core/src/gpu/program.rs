@@ -28,9 +28,11 @@ pub(crate) const KIND_SOLVE: u32 = 2;
 /// programs' products and squarings).
 pub(crate) const KIND_TANGENT: u32 = 3;
 /// Row kind: work[dst] = the matrix's saved value number s1 (the derivative from a checkpoint
-/// reads the forward's values instead of recomputing them).
+/// reads the forward's values instead of recomputing them); with the flag 1, only where the
+/// plan squares (the result T, which only the squarings read).
 pub(crate) const KIND_LOAD: u32 = 4;
-/// Row kind: the matrix's saved value number s1 = work[dst] (the checkpointing forward).
+/// Row kind: the matrix's saved value number s1 = work[dst] (the checkpointing forward); with
+/// the flag 1, only where the plan squares.
 pub(crate) const KIND_STORE: u32 = 5;
 /// Values a checkpointing forward saves per matrix: the most of any Taylor program (degree 18:
 /// the six operands of its products other than X, and its result).
@@ -46,17 +48,18 @@ const DEGREES: usize = 19;
 pub(crate) const HEADER: usize = DEGREES * ENTRY;
 /// Source terms of one combination row.
 const TERMS: usize = 5;
+/// f32 of a planning table before its (theta, degree) pairs: their number and the largest s.
+pub(crate) const PLAN_HEADER: usize = 2;
 
 /// The programs of one kernel as the device reads them (little-endian bytes): `ops` (u32) and
-/// `vals` (f32), the (theta, degree) pairs of the planning kernel, and the workspace slots per
-/// cube that the largest program (and the squarings) needs.
+/// `vals` (f32), the planning table (f32: the number of (theta, degree) pairs, the largest s,
+/// then the pairs in ascending theta; [`PLAN_HEADER`] floats precede the pairs), and the
+/// workspace slots per cube that the largest program (and the squarings) needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Table {
     pub ops_bytes: Vec<u8>,
     pub vals_bytes: Vec<u8>,
-    pub theta_bytes: Vec<u8>,
-    /// Number of (theta, degree) pairs.
-    pub degrees: usize,
+    pub plan_bytes: Vec<u8>,
     pub slots: usize,
     /// Whether a program has a solve (the kernels then hold its shared arrays).
     pub solves: bool,
@@ -75,10 +78,12 @@ enum Op {
     Lin { terms: Vec<(usize, f64)>, eye: f64 },
     /// `out <- q^{-1} out`.
     Solve { q: usize },
-    /// `out` = the matrix's saved value number `index`.
-    Load { index: usize },
-    /// The matrix's saved value number `index` = `out` (which already holds a value).
-    Store { index: usize },
+    /// `out` = the matrix's saved value number `index`; with `squarings_only`, only where the
+    /// plan squares (the value is read by the squarings alone).
+    Load { index: usize, squarings_only: bool },
+    /// The matrix's saved value number `index` = `out` (which already holds a value); with
+    /// `squarings_only`, only where the plan squares.
+    Store { index: usize, squarings_only: bool },
 }
 
 /// A program over values: `inputs` values exist before the first step (X, and E for the
@@ -165,7 +170,15 @@ impl Flow {
                 Step::Lin(terms, eye) => self.lin(&relabel(terms, &map), *eye),
             };
             if let Some(index) = saved.iter().position(|&v| v == k + 1) {
-                self.steps.push((map[k + 1], Op::Store { index }));
+                // The result is saved for the derivative's squarings alone.
+                let squarings_only = k + 1 == program.outputs.0;
+                self.steps.push((
+                    map[k + 1],
+                    Op::Store {
+                        index,
+                        squarings_only,
+                    },
+                ));
             }
         }
         map
@@ -269,7 +282,7 @@ impl Flow {
                 }
             }
         }
-        let t = self.load(output, &saved);
+        let t = self.load(output, &saved, true);
         (t, dmap[output])
     }
 
@@ -282,7 +295,7 @@ impl Flow {
         (q, dq): (usize, usize),
         saved: &[usize],
     ) -> usize {
-        let q_value = self.load(q, saved);
+        let q_value = self.load(q, saved, false);
         let d = match into {
             Some(d) => {
                 self.mul_add(d, dp, q_value);
@@ -290,14 +303,18 @@ impl Flow {
             }
             None => self.mul(dp, q_value),
         };
-        let p_value = if p == q { q_value } else { self.load(p, saved) };
+        let p_value = if p == q {
+            q_value
+        } else {
+            self.load(p, saved, false)
+        };
         self.mul_add(d, p_value, dq);
         d
     }
 
     /// Scheme value `v` in the derivative from a checkpoint: X is flow value 0, every other
-    /// value is loaded.
-    fn load(&mut self, v: usize, saved: &[usize]) -> usize {
+    /// value is loaded (with `squarings_only`, only where the plan squares).
+    fn load(&mut self, v: usize, saved: &[usize], squarings_only: bool) -> usize {
         if v == 0 {
             return 0;
         }
@@ -306,7 +323,13 @@ impl Flow {
             .position(|&s| s == v)
             .expect("the checkpoint holds every operand of a product and the result");
         let out = self.fresh();
-        self.steps.push((out, Op::Load { index }));
+        self.steps.push((
+            out,
+            Op::Load {
+                index,
+                squarings_only,
+            },
+        ));
         out
     }
 
@@ -397,7 +420,14 @@ impl Flow {
                     row[0] = KIND_SOLVE;
                     row[2] = at(*q);
                 }
-                Op::Load { index } | Op::Store { index } => {
+                Op::Load {
+                    index,
+                    squarings_only,
+                }
+                | Op::Store {
+                    index,
+                    squarings_only,
+                } => {
                     assert!(*index < SAVED, "saved value {index} of {SAVED}");
                     row[0] = if matches!(op, Op::Load { .. }) {
                         KIND_LOAD
@@ -405,6 +435,7 @@ impl Flow {
                         KIND_STORE
                     };
                     row[2] = *index as u32;
+                    row[7] = u32::from(*squarings_only);
                 }
             }
             rows.push((row, coef));
@@ -537,12 +568,15 @@ fn assemble(
     Table {
         ops_bytes: ops.iter().flat_map(|v| v.to_le_bytes()).collect(),
         vals_bytes: vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        theta_bytes: thetas
-            .iter()
-            .flat_map(|&(m, theta)| [theta as f32, m as f32])
+        plan_bytes: [thetas.len() as f32, max_squarings()]
+            .into_iter()
+            .chain(
+                thetas
+                    .iter()
+                    .flat_map(|&(m, theta)| [theta as f32, m as f32]),
+            )
             .flat_map(f32::to_le_bytes)
             .collect(),
-        degrees: thetas.len(),
         slots,
         solves: ops[HEADER..].chunks(ROW).any(|row| row[0] == KIND_SOLVE),
     }
@@ -631,7 +665,7 @@ pub(crate) fn frechet_saved_table() -> &'static Table {
     TABLE.get_or_init(|| frechet(true))
 }
 
-/// The largest scaling exponent of f32 compute, for the planning kernel.
+/// The largest scaling exponent of f32 compute, for the kernels' planning.
 pub(crate) fn max_squarings() -> f32 {
     plan::max_scaling(Precision::Single) as f32
 }
@@ -673,8 +707,15 @@ mod tests {
 
     /// Runs a table's program of `degree` on n x n matrices in f64 as the kernel would, with the
     /// workspace of `inputs` (slots 0, 1, ...) and the matrix's saved values `saved` (read by
-    /// loads, written by stores); returns the result slots' values.
-    fn interpret(table: &Table, degree: usize, inputs: &[Mat], saved: &mut [Mat]) -> (Mat, Mat) {
+    /// loads, written by stores; those flagged for the squarings only where `squares`); returns
+    /// the result slots' values.
+    fn interpret(
+        table: &Table,
+        degree: usize,
+        inputs: &[Mat],
+        saved: &mut [Mat],
+        squares: bool,
+    ) -> (Mat, Mat) {
         let n = dim(&inputs[0]);
         let ops = ops_of(table);
         let vals: Vec<f32> = words(&table.vals_bytes)
@@ -732,6 +773,7 @@ mod tests {
                     work[dst] = pq;
                     work[d] = dpq.iter().zip(&pdq).map(|(x, y)| x + y).collect();
                 }
+                KIND_LOAD | KIND_STORE if o[7] == 1 && !squares => {}
                 KIND_LOAD => work[dst] = saved[s(0)].clone(),
                 KIND_STORE => saved[s(0)] = work[dst].clone(),
                 other => panic!("row kind {other}"),
@@ -815,7 +857,7 @@ mod tests {
             let table = forward_table(method);
             for &(m, theta) in plan::table(method, Precision::Single) {
                 let x = theta * 0.9;
-                let (r, _) = interpret(table, m, &[vec![x]], &mut []);
+                let (r, _) = interpret(table, m, &[vec![x]], &mut [], false);
                 // Within the f32 bar at the top of each degree's range (f32 coefficients).
                 assert!((r[0] / x.exp() - 1.0).abs() < 1e-6, "{method:?} {m}: {r:?}");
             }
@@ -829,7 +871,7 @@ mod tests {
         let table = frechet_table();
         for &(m, theta) in plan::table(ExpmMethod::Taylor, Precision::Single) {
             let (x, e) = (sample(m as u64, theta * 0.9), sample(100 + m as u64, 0.5));
-            let (t, d) = interpret(table, m, &[x.clone(), e.clone()], &mut []);
+            let (t, d) = interpret(table, m, &[x.clone(), e.clone()], &mut [], false);
             let (want_t, want_d) = exp_and_frechet(&x, &e);
             assert!(relative(&t, &want_t) < 1e-6, "degree {m}: exp");
             assert!(relative(&d, &want_d) < 1e-6, "degree {m}: derivative");
@@ -841,19 +883,32 @@ mod tests {
         let (saving, saved_table) = (saving_table(), frechet_saved_table());
         for &(m, theta) in plan::table(ExpmMethod::Taylor, Precision::Single) {
             let (x, e) = (sample(7 * m as u64, theta * 0.9), sample(3 + m as u64, 2.0));
-            let mut saved = vec![vec![f64::NAN; 9]; SAVED];
-            let (t, _) = interpret(saving, m, std::slice::from_ref(&x), &mut saved);
             let (plain, _) = interpret(
                 forward_table(ExpmMethod::Taylor),
                 m,
                 std::slice::from_ref(&x),
                 &mut [],
+                false,
             );
-            assert_eq!(t, plain, "degree {m}: saving changes the forward");
-            let (t2, d) = interpret(saved_table, m, &[x.clone(), e.clone()], &mut saved);
             let (want_t, want_d) = exp_and_frechet(&x, &e);
-            assert!(relative(&t2, &want_t) < 1e-6, "degree {m}: exp");
-            assert!(relative(&d, &want_d) < 1e-6, "degree {m}: derivative");
+            // Where the plan squares, the derivative reloads T for the squarings; where it does
+            // not, T is neither saved nor loaded (its saved value stays NaN here, so a read of
+            // it would show in the tangent) and the tangent is the same.
+            for squares in [true, false] {
+                let mut saved = vec![vec![f64::NAN; 9]; SAVED];
+                let inputs = std::slice::from_ref(&x);
+                let (t, _) = interpret(saving, m, inputs, &mut saved, squares);
+                assert_eq!(t, plain, "degree {m}: saving changes the forward");
+                let (t2, d) =
+                    interpret(saved_table, m, &[x.clone(), e.clone()], &mut saved, squares);
+                assert!(
+                    relative(&d, &want_d) < 1e-6,
+                    "degree {m}, {squares}: derivative"
+                );
+                if squares {
+                    assert!(relative(&t2, &want_t) < 1e-6, "degree {m}: exp");
+                }
+            }
         }
     }
 
@@ -895,6 +950,24 @@ mod tests {
             .sum();
         assert_eq!(count(KIND_MUL, &saved), 2 * products);
         assert_eq!(count(KIND_LOAD, &saved), count(KIND_STORE, &saving));
+        // Per degree, the result alone is saved and loaded only for the squarings: the store
+        // reads the forward's result slot, the load writes the derivative's.
+        for (table, kind) in [
+            (saving_table(), KIND_STORE),
+            (frechet_saved_table(), KIND_LOAD),
+        ] {
+            let ops = ops_of(table);
+            for &(m, _) in plan::table(ExpmMethod::Taylor, Precision::Single) {
+                let entry = m * ENTRY;
+                let (start, len) = (ops[entry] as usize, ops[entry + 1] as usize);
+                let flagged: Vec<&[u32]> = ops[HEADER + start * ROW..HEADER + (start + len) * ROW]
+                    .chunks(ROW)
+                    .filter(|row| row[0] == kind && row[7] == 1)
+                    .collect();
+                assert_eq!(flagged.len(), 1, "degree {m}: {flagged:?}");
+                assert_eq!(flagged[0][1], ops[entry + 2], "degree {m}: not the result");
+            }
+        }
     }
 
     #[test]

@@ -409,9 +409,10 @@ fn f32_exponentials_take_the_gpu_kernels_on_cubecl_backends() {
 }
 
 /// The checkpointed pair that autodiff runs for Taylor, called directly: on the GPU backends the
-/// forward keeps a checkpoint of the documented size and its exponential is the plain forward's,
-/// and the backward from it equals the recomputing backward (a NaN matrix gives a NaN adjoint
-/// and leaves its neighbours alone); elsewhere no checkpoint is kept.
+/// forward keeps a checkpoint of the documented size that starts with the host's plans, its
+/// exponential is the plain forward's, and the backward from it equals the recomputing backward
+/// (a NaN matrix gives a NaN adjoint and leaves its neighbours alone); elsewhere no checkpoint
+/// is kept.
 #[test]
 fn the_backward_from_a_checkpoint_equals_the_recomputing_backward() {
     use burn::tensor::TensorPrimitive;
@@ -460,6 +461,29 @@ fn the_backward_from_a_checkpoint_equals_the_recomputing_backward() {
     };
     let kept: Tensor<B, 1> = Tensor::from_primitive(TensorPrimitive::Float(checkpoint.clone()));
     assert_eq!(kept.dims(), [norms.len() * (4 + 7 * nn)]);
+    // The checkpoint starts with the plans the kernel made on the device: per matrix 2^-s, s,
+    // degree, finiteness, as the host picks them from the 1-norm (the norms lie away from the
+    // degree table's thresholds) and NaN for the NaN matrix.
+    let plans = to_f64(kept.slice(0..norms.len() * 4));
+    for (k, plan) in plans.chunks(4).enumerate() {
+        let column_sums = (0..n).map(|j| (0..n).map(|i| data[k * nn + i * n + j].abs()).sum());
+        // NaN where a column sum is (`f64::max` alone would drop it).
+        let norm = column_sums.fold(0f64, |m, s: f64| {
+            if m.is_nan() || s.is_nan() {
+                f64::NAN
+            } else {
+                m.max(s)
+            }
+        });
+        let (degree, s) = vlgo_core::testing::f32_expm_plan(norm, ExpmMethod::Taylor);
+        if norms[k].is_nan() {
+            assert!(plan[0].is_nan() && plan[3] == 0.0, "matrix {k}: {plan:?}");
+        } else {
+            assert_eq!(plan[0], 0.5f64.powi(s as i32), "matrix {k}: scale");
+            assert_eq!(plan[3], 1.0, "matrix {k}: finite");
+        }
+        assert_eq!((plan[2], plan[1]), (degree as f64, s as f64), "matrix {k}");
+    }
     let from_checkpoint = to_f64(wrap(B::expm_backward_checkpointed(
         float(a.clone()),
         float(up.clone()),
