@@ -173,18 +173,84 @@ fn scale_in_place(work: &mut Slice<f32, ReadWrite>, scale: f32, n: usize) {
 /// the one or two cubes on a multiprocessor would otherwise wait for each in turn.
 const LOAD_DEPTH: usize = 8;
 
-/// Entry e of an n x n matrix, or (with `transpose`) the entry at e's transposed position.
+/// The visits of a transposed copy between a row-major matrix (in device memory) and its
+/// transpose (in the slots): blocks of 8 rows x 4 columns of the row-major side, a block per 32
+/// consecutive units (a warp). A warp then touches 8 runs of 16 bytes on the row-major side and
+/// 8 banks of shared memory, 4 ways each, on the other. Visiting entry by entry made one side
+/// 32 accesses apart: 32 lines of device memory per warp access, or (the transposed side in
+/// shared memory at n = 64, where a column's entries share a bank) a 32-way bank conflict.
+///
+/// A unit keeps its place in the block (units come in multiples of 32) and steps through the
+/// blocks by additions, as [`combine`] steps through entries.
+#[derive(CubeType)]
+struct TransposedWalk {
+    n: usize,
+    blocks: usize,
+    per_row: usize,
+    block: usize,
+    /// The current block's first row and column (row-major side).
+    row: usize,
+    col: usize,
+    step: usize,
+    row_step: usize,
+    col_step: usize,
+    /// The unit's row and column within a block.
+    dr: usize,
+    dc: usize,
+}
+
 #[cube]
-fn entry(e: usize, n: usize, #[comptime] transpose: bool) -> usize {
-    if comptime!(transpose) {
-        (e % n) * n + e / n
-    } else {
-        e
+impl TransposedWalk {
+    fn new(n: usize) -> TransposedWalk {
+        let tid = UNIT_POS as usize;
+        let per_row = n.div_ceil(4);
+        let step = CUBE_DIM as usize / 32;
+        let block = tid / 32;
+        TransposedWalk {
+            n,
+            blocks: n.div_ceil(8) * per_row,
+            per_row,
+            block,
+            row: (block / per_row) * 8,
+            col: (block % per_row) * 4,
+            step,
+            row_step: (step / per_row) * 8,
+            col_step: (step % per_row) * 4,
+            dr: (tid % 32) / 4,
+            dc: tid % 4,
+        }
+    }
+
+    fn more(&self) -> bool {
+        self.block < self.blocks
+    }
+
+    /// The unit's entry of the current block: (its index on the row-major side, its index on
+    /// the transposed side), or n^2 for both where the block overhangs the matrix.
+    fn here(&self) -> (usize, usize) {
+        let n = self.n;
+        let r = self.row + self.dr;
+        let c = self.col + self.dc;
+        let mut at = (n * n, n * n);
+        if self.block < self.blocks && r < n && c < n {
+            at = (r * n + c, c * n + r);
+        }
+        at
+    }
+
+    fn advance(&mut self) {
+        self.block += self.step;
+        self.row += self.row_step;
+        self.col += self.col_step;
+        if self.col >= self.per_row * 4 {
+            self.col -= self.per_row * 4;
+            self.row += 8;
+        }
     }
 }
 
-/// work[dst..] = scale * src[offset..] (or its transpose), [`LOAD_DEPTH`] reads in flight per
-/// unit.
+/// work[dst..] = scale * src[offset..], or with `transpose` its transpose ([`TransposedWalk`]),
+/// [`LOAD_DEPTH`] reads in flight per unit.
 #[cube]
 fn load_scaled(
     src: &Tensor<f32>,
@@ -198,27 +264,51 @@ fn load_scaled(
 ) {
     let units = CUBE_DIM as usize;
     let nn = n * n;
-    let mut e = UNIT_POS as usize;
-    while e + (LOAD_DEPTH - 1) * units < nn {
-        let mut v = Array::<f32>::new(LOAD_DEPTH);
-        #[unroll]
-        for u in 0..LOAD_DEPTH {
-            v[u] = src[offset + entry(e + u * units, n, transpose)];
+    if comptime!(transpose) {
+        let mut walk = TransposedWalk::new(n);
+        while walk.more() {
+            let mut v = Array::<f32>::new(LOAD_DEPTH);
+            let mut to = Array::<usize>::new(LOAD_DEPTH);
+            #[unroll]
+            for u in 0..LOAD_DEPTH {
+                let (from, at) = walk.here();
+                to[u] = at;
+                if at < nn {
+                    v[u] = src[offset + from];
+                }
+                walk.advance();
+            }
+            #[unroll]
+            for u in 0..LOAD_DEPTH {
+                if to[u] < nn {
+                    work[dst + to[u]] = v[u] * scale;
+                }
+            }
         }
-        #[unroll]
-        for u in 0..LOAD_DEPTH {
-            work[dst + e + u * units] = v[u] * scale;
+    } else {
+        let mut e = UNIT_POS as usize;
+        while e + (LOAD_DEPTH - 1) * units < nn {
+            let mut v = Array::<f32>::new(LOAD_DEPTH);
+            #[unroll]
+            for u in 0..LOAD_DEPTH {
+                v[u] = src[offset + e + u * units];
+            }
+            #[unroll]
+            for u in 0..LOAD_DEPTH {
+                work[dst + e + u * units] = v[u] * scale;
+            }
+            e += LOAD_DEPTH * units;
         }
-        e += LOAD_DEPTH * units;
-    }
-    while e < nn {
-        work[dst + e] = src[offset + entry(e, n, transpose)] * scale;
-        e += units;
+        while e < nn {
+            work[dst + e] = src[offset + e] * scale;
+            e += units;
+        }
     }
     barrier(staged);
 }
 
-/// out[offset..] = work[src..], or its transpose (`out` an output tensor, or the checkpoint).
+/// out[offset..] = work[src..], or with `transpose` its transpose ([`TransposedWalk`]) (`out`
+/// an output tensor, or the checkpoint).
 #[cube]
 fn store<L: ListMut<f32>>(
     work: &Slice<f32, ReadWrite>,
@@ -229,10 +319,22 @@ fn store<L: ListMut<f32>>(
     #[comptime] transpose: bool,
     #[comptime] staged: bool,
 ) {
-    let mut e = UNIT_POS as usize;
-    while e < n * n {
-        out.write(offset + e, work[src + entry(e, n, transpose)]);
-        e += CUBE_DIM as usize;
+    let nn = n * n;
+    if comptime!(transpose) {
+        let mut walk = TransposedWalk::new(n);
+        while walk.more() {
+            let (to, from) = walk.here();
+            if from < nn {
+                out.write(offset + to, work[src + from]);
+            }
+            walk.advance();
+        }
+    } else {
+        let mut e = UNIT_POS as usize;
+        while e < nn {
+            out.write(offset + e, work[src + e]);
+            e += CUBE_DIM as usize;
+        }
     }
     barrier(staged);
 }
