@@ -3,7 +3,8 @@
 //! The kernels are small interpreters. The host compiles each scheme of `expm::scheme` into a
 //! slot program ([`super::program`]): products, linear combinations and a solve over n x n slots
 //! of the cube's workspace. [`expm_kernel`] and [`frechet_kernel`] load a matrix, pick its
-//! degree and squarings from its 1-norm, then run that degree's program and the squarings. Matrix size, degree and k-slab width are run-time values: a shader is compiled per
+//! degree and squarings from its 1-norm, then run that degree's program and the squarings.
+//! Matrix size, degree and k-slab width are run-time values: a shader is compiled per
 //! workgroup size (32 to 256 units, by n), per power of two of n above 64 and, where the slots
 //! are resident, per power of two of n^2 and (on CUDA) whether n is a multiple of 4, not per n
 //! and degree (a per-size shader took seconds
@@ -982,8 +983,9 @@ pub(crate) const MODE_EXPM_SAVE: u32 = 4;
 /// X = 2^-s A, E = 2^-s G^T with the forward's plan, the tangents alone over its saved values.
 pub(crate) const MODE_FRECHET_SAVED: u32 = 5;
 
-/// Floats of the checkpoint of `count` n x n matrices: their plans, laid out as the planning
-/// kernel writes them, then their saved values.
+/// Floats of the checkpoint of `count` n x n matrices: their plans ([`PLAN_STRIDE`] floats
+/// each, as [`plan_here`] returns them), then their saved values (the result's place is left
+/// unwritten where the plan does not square: nothing reads it then).
 pub(crate) fn checkpoint_len(count: usize, n: usize) -> usize {
     count * (PLAN_STRIDE + SAVED * n * n)
 }
@@ -1161,8 +1163,13 @@ fn run(
                 if comptime!(!vectors) {
                     take = finite;
                 }
-                // A routed non-finite matrix becomes NaN (its scale), as the output would.
-                if squarings > 0 || !finite {
+                // A non-finite matrix that `expmv` routed here becomes NaN (its scale), as
+                // its output would; the other modes fill such a matrix's output instead.
+                let mut rescale = squarings > 0;
+                if comptime!(vectors) {
+                    rescale = rescale || !finite;
+                }
+                if rescale {
                     scale_in_place(&mut slot_view, scale, n);
                 }
                 barrier(staged);

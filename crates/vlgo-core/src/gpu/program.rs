@@ -224,6 +224,14 @@ impl Flow {
         let saved = saved_values(program);
         let values = program.steps.len() + 1;
         let output = program.outputs.0;
+        // The result is saved and loaded only where the plan squares: no product may read it.
+        assert!(
+            program
+                .steps
+                .iter()
+                .all(|s| !matches!(s, Step::MatMul(i, j) if *i == output || *j == output)),
+            "the result of a scheme is an operand of one of its products"
+        );
         // Reads of each value's tangent: one per operand and per term, and the result's.
         let mut uses = vec![0usize; values];
         for step in &program.steps {
