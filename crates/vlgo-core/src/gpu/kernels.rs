@@ -1138,11 +1138,10 @@ fn run(
             squarings = u32::cast_from(plans[at + 1]) as usize;
             degree = u32::cast_from(plans[at + 2]) as usize;
             take = plans[at + 3] > f32::new(0.5);
-        }
-        if comptime!(vectors) {
-            take = is_kind(routes[mat * ROUTE_STRIDE], ROUTE_DENSE);
-        }
-        if comptime!(!from_saved) {
+        } else {
+            if comptime!(vectors) {
+                take = is_kind(routes[mat * ROUTE_STRIDE], ROUTE_DENSE);
+            }
             // A (A^T in the derivatives) into slot 0 as it is, then the plan from its 1-norm,
             // then X = 2^-s A in place: the matrix is read from device memory once.
             if take {
