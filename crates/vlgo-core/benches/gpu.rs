@@ -17,6 +17,11 @@
 //! (`TransportMethod::Expmv`, the default) and once formed inside the kernel
 //! (`TransportMethod::Generated`); then one candidate's transport both ways, for dense and
 //! half-zero coefficients.
+//!
+//! `--cuda-source DIR` (with `--features wgpu,cuda`; no CUDA device needed) writes the CUDA C++
+//! of the interpreter kernels at `--n` as the launches on an H100 would compile it, one
+//! `NAME.cu` per kernel and program table, and `kernels.tsv` (name, entry point, units per cube,
+//! bytes of shared memory): the input of `scripts/cuda-resources.sh`.
 
 use std::time::Instant;
 
@@ -292,8 +297,39 @@ fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B
     }
 }
 
+/// Writes the interpreter kernels' CUDA C++ into `dir` (see the module's documentation).
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+fn cuda_source(dir: &str, n: usize) {
+    use burn_cubecl::cubecl::Runtime;
+    use vlgo_core::gpu::{CudaTarget, cuda_sources};
+    let client =
+        burn::backend::wgpu::WgpuRuntime::client(&burn::backend::wgpu::WgpuDevice::default());
+    let sources = cuda_sources(&client, n, &CudaTarget::H100).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    let mut manifest = String::new();
+    for k in &sources {
+        let path = format!("{dir}/{}.cu", k.name);
+        std::fs::write(&path, &k.source).unwrap_or_else(|e| panic!("{path}: {e}"));
+        manifest += &format!("{}\t{}\t{}\t{}\n", k.name, k.entry, k.units, k.shared_bytes);
+        println!(
+            "{path}: {} units, {} bytes of shared memory",
+            k.units, k.shared_bytes
+        );
+    }
+    let path = format!("{dir}/kernels.tsv");
+    std::fs::write(&path, manifest).unwrap_or_else(|e| panic!("{path}: {e}"));
+}
+
 fn main() {
     let args = args();
+    if let Some(dir) = std::env::args().skip_while(|a| a != "--cuda-source").nth(1) {
+        #[cfg(all(feature = "cuda", feature = "wgpu"))]
+        cuda_source(&dir, args.n);
+        #[cfg(not(all(feature = "cuda", feature = "wgpu")))]
+        panic!("--cuda-source {dir} needs --features wgpu,cuda");
+        #[cfg(all(feature = "cuda", feature = "wgpu"))]
+        return;
+    }
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
     #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_mut))]

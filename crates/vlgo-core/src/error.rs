@@ -48,6 +48,14 @@ pub enum VlgoError {
         /// The data type that came, formatted.
         dtype: String,
     },
+    /// CubeCL could not compile a GPU kernel for its target.
+    #[error("kernel {kernel} does not compile: {reason}")]
+    KernelCompilation {
+        /// The kernel (and its program table).
+        kernel: String,
+        /// The compiler's message.
+        reason: String,
+    },
 }
 
 impl VlgoError {

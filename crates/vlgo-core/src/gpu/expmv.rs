@@ -73,7 +73,7 @@ impl TaylorLayout {
     ) -> Self {
         let props = client.properties();
         // One unit per vector entry (a power of two: the norms reduce as a tree).
-        let units = n.next_power_of_two().clamp(32, max_units(client));
+        let units = n.next_power_of_two().clamp(32, max_units(props));
         let vcap = n.next_power_of_two().max(64);
         // The backward's five vectors and the two reduction arrays share the budget with A.
         let need = (STAGED_FLOATS + 5 * vcap + 2 * MAX_UNITS) * 4;
@@ -84,7 +84,7 @@ impl TaylorLayout {
         if per_cube > 0 {
             grid = grid
                 .min(MAX_GRID)
-                .min(workspace_budget(client) / (per_cube * 4));
+                .min(workspace_budget(props) / (per_cube * 4));
         }
         Self {
             units,

@@ -31,6 +31,8 @@
 //! [N, n, n] with 1 <= n <= [`MAX_N`] ([`MAX_VECTOR_N`] for `expmv`) keep the tensor-op path
 //! (f64 is the oracle there).
 
+#[cfg(feature = "cuda")]
+mod cuda_source;
 mod expmv;
 mod kernels;
 mod program;
@@ -42,6 +44,9 @@ pub use expmv::{
 };
 pub(crate) use taylor::ROUTE_STRIDE;
 
+#[cfg(feature = "cuda")]
+pub use cuda_source::{CudaTarget, KernelSource, cuda_sources};
+
 use std::sync::OnceLock;
 
 use burn::tensor::{DType, Shape};
@@ -50,6 +55,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeRuntime, cubecl::prelude::*};
+use cubecl::ir::DeviceProperties;
 use cubecl::{CubeCount, CubeDim};
 
 use crate::expm::ExpmMethod;
@@ -178,14 +184,14 @@ pub fn takes<R: CubeRuntime>(dtype: DType, shape: &Shape) -> bool {
 
 /// Most units per cube on this device, as a power of two from 32 to [`MAX_UNITS`] (the kernels'
 /// reductions are trees over the units).
-fn max_units<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
-    let units = (client.properties().hardware.max_units_per_cube as usize).clamp(32, MAX_UNITS);
+fn max_units(props: &DeviceProperties) -> usize {
+    let units = (props.hardware.max_units_per_cube as usize).clamp(32, MAX_UNITS);
     1 << units.ilog2()
 }
 
 /// Bytes a launch may take for its workspace on this device.
-fn workspace_budget<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
-    WORKSPACE_BYTES.min(client.properties().memory.max_page_size as usize / 2)
+fn workspace_budget(props: &DeviceProperties) -> usize {
+    WORKSPACE_BYTES.min(props.memory.max_page_size as usize / 2)
 }
 
 /// Launch geometry for [count, n, n] with `slots` workspace matrices per cube.
@@ -217,7 +223,18 @@ impl Layout {
         count: usize,
         table: &Table,
     ) -> Self {
-        let props = client.properties();
+        Self::for_device(client.properties(), wide_reads(client), n, count, table)
+    }
+
+    /// The layout on a device of properties `props`, where `wide_reads` says whether the
+    /// backend reads shared memory four floats at a time.
+    fn for_device(
+        props: &DeviceProperties,
+        wide_reads: bool,
+        n: usize,
+        count: usize,
+        table: &Table,
+    ) -> Self {
         // Shared-memory sizes are compile-time: every n up to 64 shares them, larger n round up
         // to a power of two. (The workgroup size, 32 to 256 units by n, is part of a shader too.)
         let cap = if table.solves {
@@ -252,14 +269,14 @@ impl Layout {
                 .min(n.next_power_of_two().max(64) * 32)
                 .max(n)
         };
-        let wide = resident > 0 && n.is_multiple_of(4) && wide_reads(client);
+        let wide = resident > 0 && n.is_multiple_of(4) && wide_reads;
         let tiles = n.div_ceil(4).pow(2);
         // A power of two (the pivot search is a tree over the units), one unit per 4 x 4 tile.
-        let units = tiles.next_power_of_two().clamp(32, max_units(client));
+        let units = tiles.next_power_of_two().clamp(32, max_units(props));
         let per_cube = table.slots * n * n * 4;
         // `count` arrives capped by the caller's grid limit.
         let grid = count
-            .min(workspace_budget(client) / per_cube)
+            .min(workspace_budget(props) / per_cube)
             .min(props.hardware.max_cube_count.0 as usize)
             .max(1);
         Self {
