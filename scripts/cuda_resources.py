@@ -9,7 +9,7 @@ multiprocessor follow. No GPU is needed: NVRTC and ptxas are plain programs.
 
 NVRTC, ptxas and the runtime's headers come from the CUDA toolkit, or from PyPI without one:
     pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12
-Usage: cuda_resources.py DIR [--arch 90]   (exit status 1 if a kernel does not compile)
+Usage: cuda_resources.py DIR   (exit status 1 if a kernel does not compile)
 """
 
 import argparse
@@ -21,10 +21,13 @@ import shutil
 import subprocess
 import sys
 
-# Per multiprocessor on compute capability 9.0 (CUDA occupancy calculator): registers, the
-# allocation unit of registers per warp, shared memory, shared memory the system keeps per
-# cube, units and cubes.
+# The sources are generated for an H100 (gpu::CudaTarget::H100), compute capability 9.0.
+ARCH = 90
+# Per multiprocessor on compute capability 9.0 (as cuda_occupancy.h): registers, in four
+# partitions that each hold whole warps, the allocation unit of registers per warp, shared
+# memory, shared memory the system keeps per cube, its allocation unit, units and cubes.
 REGISTERS = 65536
+PARTITIONS = 4
 REGISTER_UNIT = 256
 SHARED = 233472
 SHARED_PER_CUBE = 1024
@@ -98,7 +101,7 @@ def cubes_per_multiprocessor(registers, units, shared):
     per_warp = -(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
     shared_alloc = -(-(shared + SHARED_PER_CUBE) // SHARED_UNIT) * SHARED_UNIT
     limits = {
-        "registers": REGISTERS // (per_warp * warps),
+        "registers": PARTITIONS * (REGISTERS // PARTITIONS // per_warp) // warps,
         "shared memory": SHARED // shared_alloc,
         "units": UNITS // units,
         "cubes": CUBES,
@@ -110,14 +113,13 @@ def cubes_per_multiprocessor(registers, units, shared):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir")
-    parser.add_argument("--arch", type=int, default=90, help="compute capability x 10")
     args = parser.parse_args()
     lib, ptxas, includes = toolkit_paths()
     nvrtc = ctypes.CDLL(lib)
-    options = [f"--gpu-architecture=sm_{args.arch}a", "-lineinfo"]
+    options = [f"--gpu-architecture=sm_{ARCH}a", "-lineinfo"]
     options += [f"--include-path={d}" for d in includes if os.path.isdir(d)]
     failed = False
-    print(f"sm_{args.arch}a, {os.path.basename(lib)}, {ptxas}")
+    print(f"sm_{ARCH}a, {os.path.basename(lib)}, {ptxas}")
     print(f"{'kernel':<30} {'units':>5} {'shared':>7} {'regs':>4} {'stack':>5} "
           f"{'spills':>9} {'cubes/SM':>8}  limited by")
     with open(os.path.join(args.dir, "kernels.tsv")) as manifest:
@@ -131,7 +133,7 @@ def main():
             ptx_path = os.path.join(args.dir, f"{name}.ptx")
             with open(ptx_path, "w") as f:
                 f.write(ptx)
-            regs, stack, stores, loads = ptxas_info(ptxas, ptx_path, args.arch)
+            regs, stack, stores, loads = ptxas_info(ptxas, ptx_path, ARCH)
         except RuntimeError as e:
             print(f"{name}: does not compile\n{e}")
             failed = True

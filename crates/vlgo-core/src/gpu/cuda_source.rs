@@ -2,8 +2,9 @@
 //!
 //! A kernel's code is CubeCL IR built on the host; the CUDA runtime compiles it to C++ and hands
 //! that to NVRTC when the kernel first launches. [`cuda_sources`] runs the first step alone, with
-//! the comptime arguments and workgroup size that the launches would choose on a given CUDA
-//! device, so that the kernels can be compiled offline (NVRTC, then `ptxas -v` for registers,
+//! the comptime arguments and workgroup size that the launches of this process would choose on a
+//! given CUDA device ([`super::RESIDENT_BYTES_VAR`] and [`super::WIDE_VAR`] included), so that
+//! the kernels can be compiled offline (NVRTC, then `ptxas -v` for registers,
 //! spills and shared memory; `scripts/cuda-resources.sh`): a CubeCL-to-CUDA compile error
 //! shows on a machine with no GPU, and the occupancy that a kernel change reaches is known before
 //! a GPU times it.
@@ -70,7 +71,13 @@ pub struct KernelSource {
 /// # Errors
 ///
 /// [`VlgoError::InvalidParameter`] for n outside 1 to [`super::MAX_N`];
-/// [`VlgoError::KernelCompilation`] if CubeCL cannot compile a kernel's IR to CUDA.
+/// [`VlgoError::KernelCompilation`] where CubeCL reports that it cannot compile a kernel's IR
+/// to CUDA.
+///
+/// # Panics
+///
+/// Where CubeCL's C++ compiler panics on a construct it does not support, instead of reporting
+/// it (as on a device, where that panic happens on a device thread).
 ///
 /// # Examples
 ///
@@ -107,7 +114,7 @@ pub fn cuda_sources<R: CubeRuntime>(
     props.memory.max_page_size = target.memory_bytes / 4;
     let layout = |table: &program::Table| {
         // A batch large enough that the grid is the launches' cap.
-        Layout::for_device(&props, true, n, super::MAX_GRID, table)
+        Layout::for_device(&props, super::wide_allowed(), n, super::MAX_GRID, table)
     };
     // As the CUDA runtime sets them for the architecture.
     type Options = <CudaCompiler as Compiler>::CompilationOptions;
@@ -212,16 +219,16 @@ mod tests {
     use burn_cubecl::cubecl::Runtime;
 
     /// CubeCL compiles every interpreter kernel to CUDA C++ with the launch it gets on an H100
-    /// (a compile error would otherwise show first on a GPU, as a panic on a device thread), and
-    /// the kernels that autodiff's Taylor forward and backward run keep two cubes per
-    /// multiprocessor by their shared memory.
+    /// (a compile error would otherwise show first on a GPU, as a panic on a device thread):
+    /// slots in shared memory (n = 64, and n = 5 with scalar reads) and in device memory with
+    /// k-slabs and a larger solve (n = 128, 1024). At n = 64 the kernels that autodiff's Taylor
+    /// forward and backward run keep two cubes per multiprocessor by their shared memory.
     #[test]
     fn every_interpreter_kernel_compiles_to_cuda_as_launched() {
         let client = WgpuRuntime::client(&WgpuDevice::default());
         let h100 = CudaTarget::H100;
-        for (n, units) in [(64, 256), (5, 32)] {
+        for (n, units) in [(64, 256), (5, 32), (128, 256), (crate::gpu::MAX_N, 256)] {
             let sources = cuda_sources(&client, n, &h100).unwrap();
-            assert_eq!(sources.len(), 7);
             for k in &sources {
                 assert_eq!(k.units, units, "{} at n = {n}", k.name);
                 let entry = format!("__launch_bounds__({units}){} (", k.entry);
@@ -232,20 +239,32 @@ mod tests {
                 );
                 assert!(k.shared_bytes > 0 && k.shared_bytes <= h100.max_shared_bytes);
             }
+            let defaults = std::env::var(crate::gpu::RESIDENT_BYTES_VAR).is_err();
+            if n != 64 || !defaults {
+                continue;
+            }
             let shared = |name: &str| {
                 let k = sources.iter().find(|k| k.name == name).unwrap();
                 k.shared_bytes
             };
             for name in ["expm_saving_kernel", "frechet_saved_kernel"] {
-                let two_cubes = 2 * (shared(name) + 1024);
+                // What a cube takes of the multiprocessor: its shared memory and the system's
+                // 1 KiB, in units of 128 bytes.
+                let per_cube = (shared(name) + 1024).next_multiple_of(128);
                 assert!(
-                    two_cubes <= h100.shared_per_multiprocessor,
-                    "{name} at n = {n}: {} bytes of shared memory",
+                    2 * per_cube <= h100.shared_per_multiprocessor,
+                    "{name}: {} bytes of shared memory",
                     shared(name)
                 );
             }
-            // The recomputing derivative holds twice the slots.
-            assert!(shared("frechet_kernel") > 2 * shared("frechet_saved_kernel") - 1024);
+            // The recomputing derivative holds 14 slots where the one from a checkpoint holds 7
+            // (the small shared arrays beside them are placed, and padded, in an order that
+            // differs between processes).
+            let slots_apart = shared("frechet_kernel") - shared("frechet_saved_kernel");
+            assert!(
+                slots_apart.abs_diff(7 * 64 * 64 * 4) < 64,
+                "{slots_apart} bytes"
+            );
         }
         for n in [0, crate::gpu::MAX_N + 1] {
             let err = cuda_sources(&client, n, &h100).unwrap_err();

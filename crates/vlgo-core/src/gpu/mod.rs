@@ -97,8 +97,13 @@ pub const CHECKPOINT_VAR: &str = "VLGO_GPU_CHECKPOINT";
 /// CubeCL reinterprets shared memory as vectors on CUDA only (not on WebGPU), and
 /// [`WIDE_VAR`] = `0` turns it off.
 fn wide_reads<R: CubeRuntime>(client: &ComputeClient<R>) -> bool {
+    wide_allowed() && R::name(client) == "cuda"
+}
+
+/// Whether [`WIDE_VAR`] allows wide reads where the backend has them.
+fn wide_allowed() -> bool {
     static WIDE: OnceLock<Option<usize>> = OnceLock::new();
-    setting(&WIDE, WIDE_VAR) != Some(0) && R::name(client) == "cuda"
+    setting(&WIDE, WIDE_VAR) != Some(0)
 }
 
 /// Shared memory a cube may hold its slots in: the device's maximum, or less where
