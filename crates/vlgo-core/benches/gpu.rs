@@ -324,11 +324,9 @@ fn main() {
     let args = args();
     if let Some(dir) = std::env::args().skip_while(|a| a != "--cuda-source").nth(1) {
         #[cfg(all(feature = "cuda", feature = "wgpu"))]
-        cuda_source(&dir, args.n);
+        return cuda_source(&dir, args.n);
         #[cfg(not(all(feature = "cuda", feature = "wgpu")))]
         panic!("--cuda-source {dir} needs --features wgpu,cuda");
-        #[cfg(all(feature = "cuda", feature = "wgpu"))]
-        return;
     }
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);

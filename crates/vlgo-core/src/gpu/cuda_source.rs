@@ -129,63 +129,76 @@ pub fn cuda_sources<R: CubeRuntime>(
     features.clusters = target.arch >= 90;
     features.elect_sync = target.arch >= 90;
 
-    let tables = [
-        ("expm_kernel.pade", program::forward_table(ExpmMethod::Pade)),
+    type Task = Box<dyn CubeTask<CudaCompiler>>;
+    type Build<'a> = &'a dyn Fn(KernelSettings, &Layout) -> Task;
+    let t = || TensorCompilationArg { inplace: None };
+    let a = || ArrayCompilationArg { inplace: None };
+    // Builds the kernel of `$module` for a launch: the compilation arguments of its tensors (t)
+    // and arrays (a) in their order, then the two scalars and the comptime arguments that every
+    // interpreter kernel takes.
+    macro_rules! task {
+        ($module:ident :: $kernel:ident, [$($arg:ident),*]) => {
+            |settings: KernelSettings, l: &Layout| -> Task {
+                Box::new(KernelTask::new(kernels::$module::$kernel::<R>::new(
+                    settings, client.clone(), $($arg(),)* (), (), l.slab, l.cap, l.resident, l.wide,
+                )))
+            }
+        };
+    }
+    // Each kernel with the program table its launches take.
+    let launches: [(&str, &program::Table, Build); 7] = [
+        (
+            "expm_kernel.pade",
+            program::forward_table(ExpmMethod::Pade),
+            &task!(expm_kernel::ExpmKernel, [t, a, a, a, t, a]),
+        ),
         (
             "expm_kernel.taylor",
             program::forward_table(ExpmMethod::Taylor),
+            &task!(expm_kernel::ExpmKernel, [t, a, a, a, t, a]),
         ),
-        ("expm_saving_kernel", program::saving_table()),
-        ("frechet_saved_kernel", program::frechet_saved_table()),
-        ("frechet_kernel", program::frechet_table()),
+        (
+            "expm_saving_kernel",
+            program::saving_table(),
+            &task!(expm_saving_kernel::ExpmSavingKernel, [t, a, a, a, t, a]),
+        ),
+        (
+            "frechet_saved_kernel",
+            program::frechet_saved_table(),
+            &task!(
+                frechet_saved_kernel::FrechetSavedKernel,
+                [t, t, t, a, a, t, a]
+            ),
+        ),
+        (
+            "frechet_kernel",
+            program::frechet_table(),
+            &task!(frechet_kernel::FrechetKernel, [t, t, a, a, a, t, a]),
+        ),
         (
             "expmv_dense_kernel",
             program::forward_table(ExpmMethod::Pade),
+            &task!(
+                expmv_dense_kernel::ExpmvDenseKernel,
+                [t, t, a, a, a, a, t, a]
+            ),
         ),
-        ("expmv_dense_backward_kernel", program::frechet_table()),
+        (
+            "expmv_dense_backward_kernel",
+            program::frechet_table(),
+            &task!(
+                expmv_dense_backward_kernel::ExpmvDenseBackwardKernel,
+                [t, t, t, a, a, a, a, t, a]
+            ),
+        ),
     ];
-    let mut sources = Vec::with_capacity(tables.len());
-    for (name, table) in tables {
+    let mut sources = Vec::with_capacity(launches.len());
+    for (name, table, build) in launches {
         let l = layout(table);
         let settings = KernelSettings::default()
             .cube_dim(l.cube_dim())
             .address_type(AddressType::U32);
-        let t = || TensorCompilationArg { inplace: None };
-        let a = || ArrayCompilationArg { inplace: None };
-        // The kernel of `$module` with compilation arguments for its tensors (t) and arrays (a)
-        // in their order, then the two scalars and the comptime arguments every interpreter
-        // kernel takes.
-        macro_rules! task {
-            ($module:ident :: $kernel:ident, [$($arg:ident),*]) => {{
-                let kernel = kernels::$module::$kernel::<R>::new(
-                    settings, client.clone(), $($arg(),)* (), (), l.slab, l.cap, l.resident, l.wide,
-                );
-                Box::new(KernelTask::new(kernel)) as Box<dyn CubeTask<CudaCompiler>>
-            }};
-        }
-        let task = match name {
-            "expm_kernel.pade" | "expm_kernel.taylor" => {
-                task!(expm_kernel::ExpmKernel, [t, a, a, a, t, a])
-            }
-            "expm_saving_kernel" => task!(expm_saving_kernel::ExpmSavingKernel, [t, a, a, a, t, a]),
-            "frechet_saved_kernel" => {
-                task!(
-                    frechet_saved_kernel::FrechetSavedKernel,
-                    [t, t, t, a, a, t, a]
-                )
-            }
-            "frechet_kernel" => task!(frechet_kernel::FrechetKernel, [t, t, a, a, a, t, a]),
-            "expmv_dense_kernel" => {
-                task!(
-                    expmv_dense_kernel::ExpmvDenseKernel,
-                    [t, t, a, a, a, a, t, a]
-                )
-            }
-            _ => task!(
-                expmv_dense_backward_kernel::ExpmvDenseBackwardKernel,
-                [t, t, t, a, a, a, a, t, a]
-            ),
-        };
+        let task = build(settings, &l);
         let compiled = task
             .compile(
                 &mut Default::default(),
