@@ -60,6 +60,10 @@ pub struct KernelSource {
     pub shared_bytes: usize,
     /// The CUDA C++ that NVRTC compiles.
     pub source: String,
+    /// The program table the launch passes.
+    pub(super) table: &'static program::Table,
+    /// The launch's geometry and comptime arguments.
+    pub(super) layout: Layout,
 }
 
 /// The CUDA C++ of every interpreter kernel at matrix size `n` (1 to [`super::MAX_N`]), as the
@@ -146,7 +150,7 @@ pub fn cuda_sources<R: CubeRuntime>(
         };
     }
     // Each kernel with the program table its launches take.
-    let launches: [(&str, &program::Table, Build); 7] = [
+    let launches: [(&str, &'static program::Table, Build); 7] = [
         (
             "expm_kernel.pade",
             program::forward_table(ExpmMethod::Pade),
@@ -220,6 +224,8 @@ pub fn cuda_sources<R: CubeRuntime>(
             units: l.units as u32,
             shared_bytes,
             source: compiled.source,
+            table,
+            layout: l,
         });
     }
     Ok(sources)

@@ -31,6 +31,8 @@
 //! [N, n, n] with 1 <= n <= [`MAX_N`] ([`MAX_VECTOR_N`] for `expmv`) keep the tensor-op path
 //! (f64 is the oracle there).
 
+#[cfg(all(test, feature = "cuda", feature = "wgpu"))]
+mod cuda_host;
 #[cfg(feature = "cuda")]
 mod cuda_source;
 mod expmv;

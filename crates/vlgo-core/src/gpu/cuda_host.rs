@@ -1,0 +1,403 @@
+//! Test support: runs the CUDA C++ of [`super::cuda_sources`] on the host CPU.
+//!
+//! Some of the kernels' code exists only on CUDA: the `wide` products and combinations read
+//! shared memory as vectors, which WebGPU cannot, so the software-Vulkan tests never run it. A
+//! C++ compiler of the host (g++, C++20) compiles CubeCL's CUDA C++ unchanged against a stand-in
+//! for the CUDA runtime header (`cuda_host/cuda_runtime.h`): each unit of a cube is a thread,
+//! `__syncthreads` a barrier, and the cubes run one at a time over one host array of dynamic
+//! shared memory. What it checks is the generated code's arithmetic and indexing (vector types,
+//! the reinterpretation of shared memory, the interpreter's programs); not its speed, nor what
+//! only the hardware decides (warp scheduling, memory ordering beyond the barriers).
+//!
+//! The launch is packed as CubeCL's CUDA runtime packs it: the buffers in the kernel's
+//! parameter order, then the info struct of the scalars (grouped by type, each group padded to
+//! 8 bytes) and the static metadata (every buffer's length in elements, then its logical length,
+//! then per tensor its rank and the offsets of its shape and strides in the dynamic metadata).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::KernelSource;
+
+const RUNTIME_HEADER: &str = include_str!("cuda_host/cuda_runtime.h");
+const MAIN: &str = include_str!("cuda_host/main.cpp");
+
+/// One argument buffer of a kernel: 4-byte words (f32 as bits, or u32), and whether the launch
+/// passes it as a tensor (which adds its extended metadata) rather than an array.
+#[derive(Debug, Clone)]
+pub(crate) struct HostBuffer {
+    pub words: Vec<u32>,
+    pub tensor: bool,
+}
+
+impl HostBuffer {
+    pub fn tensor(values: &[f32]) -> Self {
+        Self {
+            words: values.iter().map(|v| v.to_bits()).collect(),
+            tensor: true,
+        }
+    }
+
+    pub fn array_bytes(bytes: &[u8]) -> Self {
+        Self {
+            words: bytes
+                .chunks_exact(4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect(),
+            tensor: false,
+        }
+    }
+
+    /// An array of `len` floats, all NaN (as memory a kernel must write before it reads).
+    pub fn array_nan(len: usize) -> Self {
+        Self {
+            words: vec![f32::NAN.to_bits(); len],
+            tensor: false,
+        }
+    }
+
+    pub fn floats(&self) -> Vec<f32> {
+        self.words.iter().map(|&w| f32::from_bits(w)).collect()
+    }
+}
+
+/// Runs `kernel` on the host over `grid` cubes with the `buffers` (in its parameter order) and
+/// its u32 `scalars`; the buffers hold what the kernel left in them afterwards.
+///
+/// # Errors
+///
+/// A message where the source does not take these arguments, the host compiler fails, or the
+/// run fails (a deadlock at a barrier ends by a 10-minute limit).
+pub(crate) fn run(
+    kernel: &KernelSource,
+    grid: u32,
+    buffers: &mut [HostBuffer],
+    scalars: &[u32],
+) -> Result<(), String> {
+    let info = info_words(&kernel.source, buffers, scalars)
+        .map_err(|e| format!("{}: {e}", kernel.name))?;
+    let dir = scratch_dir()?;
+    let binary = compile(kernel, &dir)?;
+    let (input, output) = (dir.join("input.bin"), dir.join("output.bin"));
+    let mut words = vec![grid, kernel.units, buffers.len() as u32];
+    for b in buffers.iter() {
+        words.push(b.words.len() as u32);
+        words.extend_from_slice(&b.words);
+    }
+    words.extend_from_slice(&info);
+    std::fs::write(&input, bytes_of(&words)).map_err(|e| e.to_string())?;
+    let run = Command::new("timeout")
+        .arg("600")
+        .arg(&binary)
+        .arg(&input)
+        .arg(&output)
+        .output()
+        .map_err(|e| format!("running {}: {e}", binary.display()))?;
+    if !run.status.success() {
+        return Err(format!(
+            "{} on the host: {} {}",
+            kernel.name,
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        ));
+    }
+    let out = std::fs::read(&output).map_err(|e| e.to_string())?;
+    let mut at = 0;
+    for b in buffers.iter_mut() {
+        let len = b.words.len() * 4;
+        let bytes = out
+            .get(at..at + len)
+            .ok_or_else(|| format!("{}: the output file is short", kernel.name))?;
+        b.words = HostBuffer::array_bytes(bytes).words;
+        at += len;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// The info struct's words for these arguments, after checking them against its declaration
+/// in `source` (`struct info_st { uint32 scalars_uint32[K];uint32 static_meta[M]; }`) and that
+/// the kernel reads no metadata the host leaves unset (the dynamic part: shapes and strides).
+fn info_words(source: &str, buffers: &[HostBuffer], scalars: &[u32]) -> Result<Vec<u32>, String> {
+    let declared = |field: &str| -> Result<usize, String> {
+        let start = source
+            .find(&format!("{field}["))
+            .ok_or_else(|| format!("the info struct has no {field}"))?
+            + field.len()
+            + 1;
+        let len = source[start..].find(']').unwrap_or(0);
+        source[start..start + len]
+            .parse()
+            .map_err(|_| format!("{field}'s length is not a number"))
+    };
+    let pad = |len: usize| len.next_multiple_of(2);
+    let tensors = buffers.iter().filter(|b| b.tensor).count();
+    let meta = 2 * buffers.len() + 3 * tensors;
+    let (k, m) = (declared("scalars_uint32")?, declared("static_meta")?);
+    if k != pad(scalars.len()) || m != pad(meta) {
+        return Err(format!(
+            "the kernel declares {k} u32 scalars and {m} metadata words; the arguments make \
+             {} and {}",
+            pad(scalars.len()),
+            pad(meta)
+        ));
+    }
+    if source.contains("dynamic_meta[") {
+        return Err(
+            "the kernel reads tensor shapes or strides, which the host leaves unset".into(),
+        );
+    }
+    let mut words = scalars.to_vec();
+    words.resize(k, 0);
+    let lengths = buffers.iter().map(|b| b.words.len() as u32);
+    words.extend(lengths.clone());
+    words.extend(lengths);
+    // Ranks and offsets into the (unread) dynamic metadata.
+    words.extend(std::iter::repeat_n(0, 3 * tensors));
+    words.resize(k + m, 0);
+    Ok(words)
+}
+
+fn bytes_of(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn scratch_dir() -> Result<PathBuf, String> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "vlgo-cuda-host-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Compiles `kernel` with the host's C++ compiler (`CXX`, default g++) into `dir`.
+fn compile(kernel: &KernelSource, dir: &Path) -> Result<PathBuf, String> {
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+    };
+    write("cuda_runtime.h", RUNTIME_HEADER)?;
+    write("main.cpp", MAIN)?;
+    write("kernel.cu", &kernel.source)?;
+    let binary = dir.join("kernel");
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    let out = Command::new(&compiler)
+        .current_dir(dir)
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-I."])
+        .arg("-DKERNEL_SOURCE=\"kernel.cu\"")
+        .arg(format!("-DKERNEL_ENTRY={}", kernel.entry))
+        .args(["main.cpp", "-o"])
+        .arg(&binary)
+        .output()
+        .map_err(|e| {
+            format!("{compiler}: {e} (the host runs of CUDA kernels need a C++20 compiler)")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} does not compile on the host:\n{}",
+            kernel.name,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(binary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expm::{ExpmMethod, dense};
+    use crate::gpu::{CudaTarget, cuda_sources, kernels::checkpoint_len};
+    use burn::backend::NdArray;
+    use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
+    use burn::tensor::{Tensor, TensorData};
+    use burn_cubecl::cubecl::Runtime;
+
+    /// The reference: the tensor-op path in f64.
+    type Reference = NdArray<f64>;
+
+    /// Per matrix scale of the test batch: from the lowest Taylor degree to several squarings
+    /// (1-norms of about 0.05 to 25 at n = 64); the last matrix holds an infinity.
+    const SCALES: [f32; 5] = [0.01, 0.3, 1.5, 6.0, 1.0];
+
+    /// `count` n x n matrices, uniform in [-scale, scale] / sqrt(n) by [`SCALES`], from a fixed
+    /// linear congruential sequence.
+    fn batch(n: usize, seed: u64, scales: &[f32]) -> Vec<f32> {
+        let mut state = seed;
+        let mut out = Vec::with_capacity(scales.len() * n * n);
+        for &scale in scales {
+            for _ in 0..n * n {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let u = (state >> 40) as f32 / (1u64 << 24) as f32;
+                out.push((2.0 * u - 1.0) * scale / (n as f32).sqrt());
+            }
+        }
+        out
+    }
+
+    fn tensor(values: &[f32], n: usize) -> Tensor<Reference, 3> {
+        let data: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
+        let count = values.len() / (n * n);
+        Tensor::from_data(TensorData::new(data, [count, n, n]), &Default::default())
+    }
+
+    fn values(t: Tensor<Reference, 3>) -> Vec<f64> {
+        t.into_data().to_vec().unwrap()
+    }
+
+    /// Per matrix, `got` is within relative Frobenius distance `tol` of `want`, or non-finite
+    /// throughout where `want` is.
+    fn assert_close(what: &str, got: &[f32], want: &[f64], n: usize, tol: f64) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (m, (g, w)) in got.chunks(n * n).zip(want.chunks(n * n)).enumerate() {
+            if w.iter().any(|v| !v.is_finite()) {
+                assert!(
+                    g.iter().all(|v| !v.is_finite()),
+                    "{what}, matrix {m}: finite entries where the reference is not"
+                );
+                continue;
+            }
+            let diff: f64 = g
+                .iter()
+                .zip(w)
+                .map(|(&g, w)| (f64::from(g) - w).powi(2))
+                .sum();
+            let norm: f64 = w.iter().map(|w| w * w).sum();
+            let err = (diff / norm).sqrt();
+            assert!(err <= tol, "{what}, matrix {m}: relative error {err:e}");
+        }
+    }
+
+    /// The launch's program tables and workspace of `reserve` floats more.
+    fn tables(k: &KernelSource, reserve: usize) -> [HostBuffer; 3] {
+        let work = reserve + k.layout.workspace(k.table.slots);
+        [
+            HostBuffer::array_bytes(&k.table.ops_bytes),
+            HostBuffer::array_bytes(&k.table.vals_bytes),
+            HostBuffer::array_nan(work),
+        ]
+    }
+
+    /// The interpreter kernels as CUDA runs them (products and combinations four floats wide,
+    /// slots resident in shared memory), run on the host, agree with the tensor-op reference:
+    /// the exponential by Padé and Taylor, the checkpointing forward and the derivative from its
+    /// checkpoint, and the recomputing derivative. n = 12 leaves units without a tile; two
+    /// cubes walk through five matrices.
+    #[test]
+    fn cuda_kernels_run_on_the_host_agree_with_the_reference() {
+        let client = WgpuRuntime::client(&WgpuDevice::default());
+        for n in [12, 64] {
+            let sources = cuda_sources(&client, n, &CudaTarget::H100).unwrap();
+            let kernel = |name: &str| sources.iter().find(|k| k.name == name).unwrap();
+            // Four floats wide, as on CUDA, unless the process turns it off.
+            let wide = std::env::var(crate::gpu::WIDE_VAR).map_or(true, |v| v.trim() != "0");
+            assert!(
+                sources
+                    .iter()
+                    .all(|k| k.layout.wide == wide && k.layout.resident > 0)
+            );
+            let count = SCALES.len();
+            let mut a = batch(n, 7, &SCALES);
+            a[(count - 1) * n * n + 3] = f32::INFINITY;
+            let g = batch(n, 11, &[1.0; SCALES.len()]);
+            let nn = n * n;
+            let grid = 2;
+
+            for (name, method) in [
+                ("expm_kernel.pade", ExpmMethod::Pade),
+                ("expm_kernel.taylor", ExpmMethod::Taylor),
+            ] {
+                let k = kernel(name);
+                let want = values(dense::expm_forward(tensor(&a, n), method));
+                let [ops, vals, work] = tables(k, 0);
+                let mut buffers = [
+                    HostBuffer::tensor(&a),
+                    HostBuffer::array_bytes(&k.table.plan_bytes),
+                    ops,
+                    vals,
+                    HostBuffer::tensor(&vec![f32::NAN; count * nn]),
+                    work,
+                ];
+                run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
+                assert_close(
+                    &format!("{name} at n = {n}"),
+                    &buffers[4].floats(),
+                    &want,
+                    n,
+                    1e-5,
+                );
+            }
+
+            let reference = tensor(&a, n);
+            let plan = dense::plan(&reference, ExpmMethod::Taylor);
+            let want_grad = values(dense::expm_backward(reference, tensor(&g, n), &plan));
+
+            // The checkpointing forward, then the derivative from its checkpoint.
+            let k = kernel("expm_saving_kernel");
+            let floats = checkpoint_len(count, n);
+            let [ops, vals, work] = tables(k, floats);
+            let mut buffers = [
+                HostBuffer::tensor(&a),
+                HostBuffer::array_bytes(&k.table.plan_bytes),
+                ops,
+                vals,
+                HostBuffer::tensor(&vec![f32::NAN; count * nn]),
+                work,
+            ];
+            run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
+            let want = values(dense::expm_forward(tensor(&a, n), ExpmMethod::Taylor));
+            assert_close(
+                &format!("expm_saving_kernel at n = {n}"),
+                &buffers[4].floats(),
+                &want,
+                n,
+                1e-5,
+            );
+            let checkpoint = buffers[5].floats()[..floats].to_vec();
+
+            let k = kernel("frechet_saved_kernel");
+            let [ops, vals, work] = tables(k, 0);
+            let mut buffers = [
+                HostBuffer::tensor(&a),
+                HostBuffer::tensor(&g),
+                HostBuffer::tensor(&checkpoint),
+                ops,
+                vals,
+                HostBuffer::tensor(&vec![f32::NAN; count * nn]),
+                work,
+            ];
+            run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
+            assert_close(
+                &format!("frechet_saved_kernel at n = {n}"),
+                &buffers[5].floats(),
+                &want_grad,
+                n,
+                1e-5,
+            );
+
+            let k = kernel("frechet_kernel");
+            let [ops, vals, work] = tables(k, 0);
+            let mut buffers = [
+                HostBuffer::tensor(&a),
+                HostBuffer::tensor(&g),
+                HostBuffer::array_bytes(&k.table.plan_bytes),
+                ops,
+                vals,
+                HostBuffer::tensor(&vec![f32::NAN; count * nn]),
+                work,
+            ];
+            run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
+            assert_close(
+                &format!("frechet_kernel at n = {n}"),
+                &buffers[5].floats(),
+                &want_grad,
+                n,
+                1e-5,
+            );
+        }
+    }
+}
