@@ -209,26 +209,29 @@ fn compile(kernel: &KernelSource, dir: &Path) -> Result<PathBuf, String> {
 mod tests {
     use super::*;
     use crate::expm::{ExpmMethod, dense};
-    use crate::gpu::{CudaTarget, cuda_sources, kernels::checkpoint_len};
+    use crate::gpu::{CudaTarget, WIDE_VAR, cuda_sources, kernels::checkpoint_len};
     use burn::backend::NdArray;
     use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
-    use burn::tensor::{Tensor, TensorData};
+    use burn::tensor::{DType, Tensor, TensorData};
     use burn_cubecl::cubecl::Runtime;
 
-    /// The reference: the tensor-op path in f64.
-    type Reference = NdArray<f64>;
+    /// The reference: the tensor-op path, in f64.
+    type Reference = NdArray;
 
     /// Per matrix scale of the test batch: from the lowest Taylor degree to several squarings
     /// (1-norms of about 0.05 to 25 at n = 64); the last matrix holds an infinity.
     const SCALES: [f32; 5] = [0.01, 0.3, 1.5, 6.0, 1.0];
 
-    /// `count` n x n matrices, uniform in [-scale, scale] / sqrt(n) by [`SCALES`], from a fixed
-    /// linear congruential sequence.
-    fn batch(n: usize, seed: u64, scales: &[f32]) -> Vec<f32> {
+    /// Relative error allowed against the f64 reference (the f32 kernels reach about 1e-6 here).
+    const TOL: f64 = 1e-5;
+
+    /// Values uniform in [-scale, scale] / sqrt(n), `len` per scale, from a fixed linear
+    /// congruential sequence.
+    fn batch(len: usize, n: usize, seed: u64, scales: &[f32]) -> Vec<f32> {
         let mut state = seed;
-        let mut out = Vec::with_capacity(scales.len() * n * n);
+        let mut out = Vec::with_capacity(scales.len() * len);
         for &scale in scales {
-            for _ in 0..n * n {
+            for _ in 0..len {
                 state = state
                     .wrapping_mul(6_364_136_223_846_793_005)
                     .wrapping_add(1_442_695_040_888_963_407);
@@ -242,18 +245,22 @@ mod tests {
     fn tensor(values: &[f32], n: usize) -> Tensor<Reference, 3> {
         let data: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
         let count = values.len() / (n * n);
-        Tensor::from_data(TensorData::new(data, [count, n, n]), &Default::default())
+        // The dtype named: the device's default float type is a setting other tests may change.
+        let data = TensorData::new(data, [count, n, n]);
+        let t = Tensor::from_data(data, (&Default::default(), DType::F64));
+        assert_eq!(t.dtype(), DType::F64);
+        t
     }
 
     fn values(t: Tensor<Reference, 3>) -> Vec<f64> {
         t.into_data().to_vec().unwrap()
     }
 
-    /// Per matrix, `got` is within relative Frobenius distance `tol` of `want`, or non-finite
-    /// throughout where `want` is.
-    fn assert_close(what: &str, got: &[f32], want: &[f64], n: usize, tol: f64) {
+    /// Per matrix (`len` values each), `got` is within relative distance [`TOL`] of `want`, or
+    /// non-finite throughout where `want` is not finite.
+    fn assert_close(what: &str, got: &[f32], want: &[f64], len: usize) {
         assert_eq!(got.len(), want.len(), "{what}");
-        for (m, (g, w)) in got.chunks(n * n).zip(want.chunks(n * n)).enumerate() {
+        for (m, (g, w)) in got.chunks(len).zip(want.chunks(len)).enumerate() {
             if w.iter().any(|v| !v.is_finite()) {
                 assert!(
                     g.iter().all(|v| !v.is_finite()),
@@ -268,25 +275,37 @@ mod tests {
                 .sum();
             let norm: f64 = w.iter().map(|w| w * w).sum();
             let err = (diff / norm).sqrt();
-            assert!(err <= tol, "{what}, matrix {m}: relative error {err:e}");
+            assert!(err <= TOL, "{what}, matrix {m}: relative error {err:e}");
         }
     }
 
-    /// The launch's program tables and workspace of `reserve` floats more.
-    fn tables(k: &KernelSource, reserve: usize) -> [HostBuffer; 3] {
-        let work = reserve + k.layout.workspace(k.table.slots);
-        [
+    /// Runs interpreter kernel `k` over two cubes with its `lead`ing arguments, then the
+    /// program tables, an output of `out` floats and a workspace of `reserve` floats more than
+    /// the launch's; returns the output and the workspace.
+    fn interpret(
+        k: &KernelSource,
+        n: usize,
+        lead: &[HostBuffer],
+        out: usize,
+        reserve: usize,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let mut buffers = lead.to_vec();
+        buffers.extend([
             HostBuffer::array_bytes(&k.table.ops_bytes),
             HostBuffer::array_bytes(&k.table.vals_bytes),
-            HostBuffer::array_nan(work),
-        ]
+            HostBuffer::tensor(&vec![f32::NAN; out]),
+            HostBuffer::array_nan(reserve + k.layout.workspace(k.table.slots)),
+        ]);
+        run(k, 2, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
+        let work = buffers.pop().unwrap().floats();
+        (buffers.pop().unwrap().floats(), work)
     }
 
     /// The interpreter kernels as CUDA runs them (products and combinations four floats wide,
     /// slots resident in shared memory), run on the host, agree with the tensor-op reference:
     /// the exponential by Padé and Taylor, the checkpointing forward and the derivative from its
-    /// checkpoint, and the recomputing derivative. n = 12 leaves units without a tile; two
-    /// cubes walk through five matrices.
+    /// checkpoint, the recomputing derivative, and `expmv`'s dense route and its adjoints.
+    /// n = 12 leaves units without a tile; two cubes walk through five matrices.
     #[test]
     fn cuda_kernels_run_on_the_host_agree_with_the_reference() {
         let client = WgpuRuntime::client(&WgpuDevice::default());
@@ -294,110 +313,112 @@ mod tests {
             let sources = cuda_sources(&client, n, &CudaTarget::H100).unwrap();
             let kernel = |name: &str| sources.iter().find(|k| k.name == name).unwrap();
             // Four floats wide, as on CUDA, unless the process turns it off.
-            let wide = std::env::var(crate::gpu::WIDE_VAR).map_or(true, |v| v.trim() != "0");
+            let wide = std::env::var(WIDE_VAR).map_or(true, |v| v.trim() != "0");
             assert!(
                 sources
                     .iter()
                     .all(|k| k.layout.wide == wide && k.layout.resident > 0)
             );
-            let count = SCALES.len();
-            let mut a = batch(n, 7, &SCALES);
-            a[(count - 1) * n * n + 3] = f32::INFINITY;
-            let g = batch(n, 11, &[1.0; SCALES.len()]);
-            let nn = n * n;
-            let grid = 2;
+            let (count, nn) = (SCALES.len(), n * n);
+            let mut a = batch(nn, n, 7, &SCALES);
+            a[(count - 1) * nn + 3] = f32::INFINITY;
+            let g = batch(nn, n, 11, &[1.0; SCALES.len()]);
+            let at = |what: &str| format!("{what} at n = {n}");
+            let plan_here = |k: &KernelSource| HostBuffer::array_bytes(&k.table.plan_bytes);
 
             for (name, method) in [
                 ("expm_kernel.pade", ExpmMethod::Pade),
                 ("expm_kernel.taylor", ExpmMethod::Taylor),
             ] {
                 let k = kernel(name);
+                let (out, _) =
+                    interpret(k, n, &[HostBuffer::tensor(&a), plan_here(k)], count * nn, 0);
                 let want = values(dense::expm_forward(tensor(&a, n), method));
-                let [ops, vals, work] = tables(k, 0);
-                let mut buffers = [
-                    HostBuffer::tensor(&a),
-                    HostBuffer::array_bytes(&k.table.plan_bytes),
-                    ops,
-                    vals,
-                    HostBuffer::tensor(&vec![f32::NAN; count * nn]),
-                    work,
-                ];
-                run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
-                assert_close(
-                    &format!("{name} at n = {n}"),
-                    &buffers[4].floats(),
-                    &want,
-                    n,
-                    1e-5,
-                );
+                assert_close(&at(name), &out, &want, nn);
             }
 
+            let expm = values(dense::expm_forward(tensor(&a, n), ExpmMethod::Taylor));
             let reference = tensor(&a, n);
             let plan = dense::plan(&reference, ExpmMethod::Taylor);
-            let want_grad = values(dense::expm_backward(reference, tensor(&g, n), &plan));
+            let want = values(dense::expm_backward(reference, tensor(&g, n), &plan));
 
             // The checkpointing forward, then the derivative from its checkpoint.
             let k = kernel("expm_saving_kernel");
             let floats = checkpoint_len(count, n);
-            let [ops, vals, work] = tables(k, floats);
-            let mut buffers = [
-                HostBuffer::tensor(&a),
-                HostBuffer::array_bytes(&k.table.plan_bytes),
-                ops,
-                vals,
-                HostBuffer::tensor(&vec![f32::NAN; count * nn]),
-                work,
-            ];
-            run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
-            let want = values(dense::expm_forward(tensor(&a, n), ExpmMethod::Taylor));
-            assert_close(
-                &format!("expm_saving_kernel at n = {n}"),
-                &buffers[4].floats(),
-                &want,
+            let (out, work) = interpret(
+                k,
                 n,
-                1e-5,
+                &[HostBuffer::tensor(&a), plan_here(k)],
+                count * nn,
+                floats,
             );
-            let checkpoint = buffers[5].floats()[..floats].to_vec();
-
-            let k = kernel("frechet_saved_kernel");
-            let [ops, vals, work] = tables(k, 0);
-            let mut buffers = [
-                HostBuffer::tensor(&a),
-                HostBuffer::tensor(&g),
-                HostBuffer::tensor(&checkpoint),
-                ops,
-                vals,
-                HostBuffer::tensor(&vec![f32::NAN; count * nn]),
-                work,
-            ];
-            run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
-            assert_close(
-                &format!("frechet_saved_kernel at n = {n}"),
-                &buffers[5].floats(),
-                &want_grad,
-                n,
-                1e-5,
-            );
+            assert_close(&at(&k.name), &out, &expm, nn);
+            let checkpoint = HostBuffer::tensor(&work[..floats]);
+            let lead = [HostBuffer::tensor(&a), HostBuffer::tensor(&g), checkpoint];
+            let (out, _) = interpret(kernel("frechet_saved_kernel"), n, &lead, count * nn, 0);
+            assert_close(&at("frechet_saved_kernel"), &out, &want, nn);
 
             let k = kernel("frechet_kernel");
-            let [ops, vals, work] = tables(k, 0);
-            let mut buffers = [
+            let lead = [HostBuffer::tensor(&a), HostBuffer::tensor(&g), plan_here(k)];
+            let (out, _) = interpret(k, n, &lead, count * nn, 0);
+            assert_close(&at(&k.name), &out, &want, nn);
+
+            // `expmv` with every matrix routed to the explicit exponential (a non-finite one
+            // becomes NaN there): exp(A) v, then L(A^T, u v^T) and exp(A)^T u.
+            let v = batch(n, n, 13, &[1.0; SCALES.len()]);
+            let u = batch(n, n, 17, &[1.0; SCALES.len()]);
+            let routes: Vec<f32> = (0..count).flat_map(|_| [1.0, 0.0, 0.0, 0.0]).collect();
+            let routes = HostBuffer {
+                tensor: false,
+                ..HostBuffer::tensor(&routes)
+            };
+            let matvec = |m: &[f64], x: &[f32], transpose: bool| -> Vec<f64> {
+                let mut y = vec![0.0; count * n];
+                for (b, y) in y.chunks_mut(n).enumerate() {
+                    for (i, yi) in y.iter_mut().enumerate() {
+                        *yi = (0..n)
+                            .map(|k| {
+                                let e = if transpose { k * n + i } else { i * n + k };
+                                m[b * nn + e] * f64::from(x[b * n + k])
+                            })
+                            .sum();
+                    }
+                }
+                y
+            };
+            let k = kernel("expmv_dense_kernel");
+            let lead = [
                 HostBuffer::tensor(&a),
-                HostBuffer::tensor(&g),
-                HostBuffer::array_bytes(&k.table.plan_bytes),
-                ops,
-                vals,
-                HostBuffer::tensor(&vec![f32::NAN; count * nn]),
-                work,
+                HostBuffer::tensor(&v),
+                routes.clone(),
+                plan_here(k),
             ];
-            run(k, grid, &mut buffers, &[n as u32, k.table.slots as u32]).unwrap();
-            assert_close(
-                &format!("frechet_kernel at n = {n}"),
-                &buffers[5].floats(),
-                &want_grad,
-                n,
-                1e-5,
-            );
+            let (out, _) = interpret(k, n, &lead, count * n, 0);
+            assert_close(&at(&k.name), &out, &matvec(&expm, &v, false), n);
+
+            let k = kernel("expmv_dense_backward_kernel");
+            let lead = [
+                HostBuffer::tensor(&a),
+                HostBuffer::tensor(&v),
+                HostBuffer::tensor(&u),
+                routes,
+                plan_here(k),
+            ];
+            let (out, _) = interpret(k, n, &lead, count * (nn + n), 0);
+            let outer: Vec<f32> = (0..count * nn)
+                .map(|e| u[e / nn * n + e % nn / n] * v[e / nn * n + e % n])
+                .collect();
+            let reference = tensor(&a, n);
+            let plan = dense::plan(&reference, ExpmMethod::Taylor);
+            let abar = values(dense::expm_backward(reference, tensor(&outer, n), &plan));
+            let (got_abar, got_vbar): (Vec<f32>, Vec<f32>) = {
+                let per = out.chunks(nn + n);
+                let abar = per.clone().flat_map(|m| m[..nn].to_vec()).collect();
+                (abar, per.flat_map(|m| m[nn..].to_vec()).collect())
+            };
+            assert_close(&at("expmv_dense_backward_kernel (A)"), &got_abar, &abar, nn);
+            let vbar = matvec(&expm, &u, true);
+            assert_close(&at("expmv_dense_backward_kernel (v)"), &got_vbar, &vbar, n);
         }
     }
 }

@@ -60,9 +60,11 @@ pub struct KernelSource {
     pub shared_bytes: usize,
     /// The CUDA C++ that NVRTC compiles.
     pub source: String,
-    /// The program table the launch passes.
+    /// The program table the launch passes (for the host runs of the tests).
+    #[allow(dead_code)]
     pub(super) table: &'static program::Table,
-    /// The launch's geometry and comptime arguments.
+    /// The launch's geometry and comptime arguments (for the host runs of the tests).
+    #[allow(dead_code)]
     pub(super) layout: Layout,
 }
 
