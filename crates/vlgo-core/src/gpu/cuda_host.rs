@@ -5,14 +5,19 @@
 //! C++ compiler of the host (g++, C++20) compiles CubeCL's CUDA C++ unchanged against a stand-in
 //! for the CUDA runtime header (`cuda_host/cuda_runtime.h`): each unit of a cube is a thread,
 //! `__syncthreads` a barrier, and the cubes run one at a time over one host array of dynamic
-//! shared memory. What it checks is the generated code's arithmetic and indexing (vector types,
-//! the reinterpretation of shared memory, the interpreter's programs); not its speed, nor what
-//! only the hardware decides (warp scheduling, memory ordering beyond the barriers).
+//! shared memory, which starts each cube as NaN. Each buffer is followed by guard words that
+//! must come back unchanged (a write past its end) and read as NaN (a read past it). What it
+//! checks is the generated code's arithmetic and indexing (vector types, the reinterpretation of
+//! shared memory, the interpreter's programs); not its speed, nor what only the hardware decides
+//! (warp scheduling, memory ordering beyond the barriers), nor cubes that would share memory
+//! they should not (the cubes never run at the same time).
 //!
 //! The launch is packed as CubeCL's CUDA runtime packs it: the buffers in the kernel's
 //! parameter order, then the info struct of the scalars (grouped by type, each group padded to
-//! 8 bytes) and the static metadata (every buffer's length in elements, then its logical length,
-//! then per tensor its rank and the offsets of its shape and strides in the dynamic metadata).
+//! 8 bytes) and the static metadata (all buffers' lengths in elements, then all their logical
+//! lengths, then the tensors' ranks, the offsets of their shapes and those of their strides in
+//! the dynamic metadata). The host fills the lengths alone: [`run`] refuses a kernel that reads
+//! anything else of the metadata.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +37,7 @@ pub(crate) struct HostBuffer {
 }
 
 impl HostBuffer {
+    /// A tensor argument of f32 `values`.
     pub fn tensor(values: &[f32]) -> Self {
         Self {
             words: values.iter().map(|v| v.to_bits()).collect(),
@@ -39,7 +45,17 @@ impl HostBuffer {
         }
     }
 
+    /// An array argument of f32 `values`.
+    pub fn array(values: &[f32]) -> Self {
+        Self {
+            tensor: false,
+            ..Self::tensor(values)
+        }
+    }
+
+    /// An array argument of little-endian 4-byte words (a program table).
     pub fn array_bytes(bytes: &[u8]) -> Self {
+        assert!(bytes.len().is_multiple_of(4), "{} bytes", bytes.len());
         Self {
             words: bytes
                 .chunks_exact(4)
@@ -57,6 +73,7 @@ impl HostBuffer {
         }
     }
 
+    /// The words as f32.
     pub fn floats(&self) -> Vec<f32> {
         self.words.iter().map(|&w| f32::from_bits(w)).collect()
     }
@@ -68,7 +85,8 @@ impl HostBuffer {
 /// # Errors
 ///
 /// A message where the source does not take these arguments, the host compiler fails, or the
-/// run fails (a deadlock at a barrier ends by a 10-minute limit).
+/// run fails: a write past a buffer's end, or a deadlock at a barrier (ended by a 10-minute
+/// limit).
 pub(crate) fn run(
     kernel: &KernelSource,
     grid: u32,
@@ -80,7 +98,8 @@ pub(crate) fn run(
     let dir = scratch_dir()?;
     let binary = compile(kernel, &dir)?;
     let (input, output) = (dir.join("input.bin"), dir.join("output.bin"));
-    let mut words = vec![grid, kernel.units, buffers.len() as u32];
+    let shared = kernel.shared_bytes as u32;
+    let mut words = vec![grid, kernel.units, shared, buffers.len() as u32];
     for b in buffers.iter() {
         words.push(b.words.len() as u32);
         words.extend_from_slice(&b.words);
@@ -93,7 +112,7 @@ pub(crate) fn run(
         .arg(&input)
         .arg(&output)
         .output()
-        .map_err(|e| format!("running {}: {e}", binary.display()))?;
+        .map_err(|e| format!("running {} under timeout(1): {e}", binary.display()))?;
     if !run.status.success() {
         return Err(format!(
             "{} on the host: {} {}",
@@ -117,8 +136,9 @@ pub(crate) fn run(
 }
 
 /// The info struct's words for these arguments, after checking them against its declaration
-/// in `source` (`struct info_st { uint32 scalars_uint32[K];uint32 static_meta[M]; }`) and that
-/// the kernel reads no metadata the host leaves unset (the dynamic part: shapes and strides).
+/// in `source` (`struct info_st { uint32 scalars_uint32[K];uint32 static_meta[M]; }`, passed by
+/// value) and that the kernel reads no metadata but the buffers' lengths (the host leaves ranks,
+/// shapes and strides unset), and no buffer as vectors (whose lengths would count vectors).
 fn info_words(source: &str, buffers: &[HostBuffer], scalars: &[u32]) -> Result<Vec<u32>, String> {
     let declared = |field: &str| -> Result<usize, String> {
         let start = source
@@ -143,10 +163,34 @@ fn info_words(source: &str, buffers: &[HostBuffer], scalars: &[u32]) -> Result<V
             pad(meta)
         ));
     }
-    if source.contains("dynamic_meta[") {
+    if source.contains("dynamic_meta[") || source.contains("info_ptr") {
         return Err(
-            "the kernel reads tensor shapes or strides, which the host leaves unset".into(),
+            "the kernel reads tensor shapes or strides, or takes its info struct by \
+                    pointer; the host passes neither"
+                .into(),
         );
+    }
+    let lengths_end = 2 * buffers.len();
+    for read in source.split("info.static_meta[uint32(").skip(1) {
+        let index: usize = read
+            .split(')')
+            .next()
+            .and_then(|i| i.parse().ok())
+            .ok_or("a metadata read at a run-time index")?;
+        if index >= lengths_end {
+            return Err(format!(
+                "the kernel reads metadata word {index}, past the buffers' lengths (which \
+                 end at {lengths_end}); the host leaves it unset"
+            ));
+        }
+    }
+    let params = source
+        .split("__global__")
+        .nth(1)
+        .and_then(|s| s.split(')').nth(1))
+        .unwrap_or_default();
+    if params.contains("_4* buffer_") || params.contains("_2* buffer_") {
+        return Err("a buffer is passed as vectors; the host counts lengths in scalars".into());
     }
     let mut words = scalars.to_vec();
     words.resize(k, 0);
@@ -159,10 +203,13 @@ fn info_words(source: &str, buffers: &[HostBuffer], scalars: &[u32]) -> Result<V
     Ok(words)
 }
 
+/// Little-endian bytes of `words`.
 fn bytes_of(words: &[u32]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
+/// A new directory for one run's files, removed after a run that succeeds (kept after a failure,
+/// for a look at the source and the compiler's input).
 fn scratch_dir() -> Result<PathBuf, String> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -186,7 +233,18 @@ fn compile(kernel: &KernelSource, dir: &Path) -> Result<PathBuf, String> {
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
     let out = Command::new(&compiler)
         .current_dir(dir)
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-I."])
+        // C++20 for std::barrier. The kernels read the same shared memory as floats and as
+        // vectors of four, which C++'s aliasing rules forbid and CUDA allows: no strict
+        // aliasing. -O1 compiles 200 KB of generated code in seconds; -w, because that code
+        // declares many values it never reads.
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-fno-strict-aliasing",
+            "-pthread",
+            "-w",
+            "-I.",
+        ])
         .arg("-DKERNEL_SOURCE=\"kernel.cu\"")
         .arg(format!("-DKERNEL_ENTRY={}", kernel.entry))
         .args(["main.cpp", "-o"])
@@ -210,7 +268,7 @@ mod tests {
     use super::*;
     use crate::expm::{ExpmMethod, dense};
     use crate::gpu::{
-        CudaTarget, Layout, RESIDENT_BYTES_VAR, WIDE_VAR, cuda_sources, kernels::checkpoint_len,
+        CudaTarget, Layout, RESIDENT_BYTES_VAR, cuda_sources, kernels::checkpoint_len,
     };
     use burn::backend::NdArray;
     use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
@@ -224,8 +282,16 @@ mod tests {
     /// (1-norms of about 0.05 to 25 at n = 64); the last matrix holds an infinity.
     const SCALES: [f32; 5] = [0.01, 0.3, 1.5, 6.0, 1.0];
 
-    /// Relative error allowed against the f64 reference (the f32 kernels reach about 1e-6 here).
+    /// Relative error allowed against the f64 reference (the f32 kernels reach about 2e-6 here).
     const TOL: f64 = 1e-5;
+
+    /// What an output holds before the kernel runs: finite, so that an output left unwritten
+    /// fails where the reference is NaN too, and far from any result.
+    const FILL: f32 = -3.0e30;
+
+    /// The matrix that `expmv`'s test routes to the Taylor kernels: the interpreter must leave
+    /// its output as it was.
+    const TAYLOR_ROUTED: usize = 1;
 
     /// Values uniform in [-scale, scale] / sqrt(n), `len` per scale, from a fixed linear
     /// congruential sequence.
@@ -244,6 +310,7 @@ mod tests {
         out
     }
 
+    /// `values` as a batch of n x n matrices in f64.
     fn tensor(values: &[f32], n: usize) -> Tensor<Reference, 3> {
         let data: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
         let count = values.len() / (n * n);
@@ -254,6 +321,7 @@ mod tests {
         t
     }
 
+    /// A reference result's values.
     fn values(t: Tensor<Reference, 3>) -> Vec<f64> {
         t.into_data().to_vec().unwrap()
     }
@@ -285,7 +353,7 @@ mod tests {
     const CUBES: usize = 2;
 
     /// Runs interpreter kernel `k` over [`CUBES`] cubes with its `lead`ing arguments, then the
-    /// program tables, an output of `out` floats and a workspace of `reserve` floats more than
+    /// program tables, an output of `out` floats (all [`FILL`]) and a workspace of `reserve` floats more than
     /// the launch's; returns the output and the workspace.
     fn interpret(
         k: &KernelSource,
@@ -298,7 +366,7 @@ mod tests {
         buffers.extend([
             HostBuffer::array_bytes(&k.table.ops_bytes),
             HostBuffer::array_bytes(&k.table.vals_bytes),
-            HostBuffer::tensor(&vec![f32::NAN; out]),
+            HostBuffer::tensor(&vec![FILL; out]),
             // Slots in device memory take a share per cube launched.
             HostBuffer::array_nan(
                 reserve
@@ -335,7 +403,7 @@ mod tests {
             if n <= 64 && std::env::var(RESIDENT_BYTES_VAR).is_err() {
                 // Slots resident and read four floats wide, as on CUDA, unless the process
                 // turns that off.
-                let wide = std::env::var(WIDE_VAR).map_or(true, |v| v.trim() != "0");
+                let wide = crate::gpu::wide_allowed();
                 assert!(
                     sources
                         .iter()
@@ -389,14 +457,18 @@ mod tests {
             let (out, _) = interpret(k, n, &lead, count * nn, 0);
             assert_close(&at(&k.name), &out, &want, nn);
 
-            // `expmv` with every matrix routed to the explicit exponential (a non-finite one
-            // becomes NaN there): exp(A) v, then L(A^T, u v^T) and exp(A)^T u.
+            // `expmv` with the matrices routed to the explicit exponential (a non-finite one
+            // becomes NaN there): exp(A) v, then L(A^T, u v^T) and exp(A)^T u. The one routed
+            // to the Taylor kernels keeps the output's fill.
             let v = batch(n, n, 13, &[1.0; SCALES.len()]);
             let u = batch(n, n, 17, &[1.0; SCALES.len()]);
-            let routes: Vec<f32> = (0..count).flat_map(|_| [1.0, 0.0, 0.0, 0.0]).collect();
-            let routes = HostBuffer {
-                tensor: false,
-                ..HostBuffer::tensor(&routes)
+            let routes: Vec<f32> = (0..count)
+                .flat_map(|m| [if m == TAYLOR_ROUTED { 0.0 } else { 1.0 }, 0.0, 0.0, 0.0])
+                .collect();
+            let routes = HostBuffer::array(&routes);
+            let left = |mut want: Vec<f64>, len: usize| {
+                want[TAYLOR_ROUTED * len..(TAYLOR_ROUTED + 1) * len].fill(f64::from(FILL));
+                want
             };
             let matvec = |m: &[f64], x: &[f32], transpose: bool| -> Vec<f64> {
                 let mut y = vec![0.0; count * n];
@@ -420,7 +492,8 @@ mod tests {
                 plan_here(k),
             ];
             let (out, _) = interpret(k, n, &lead, count * n, 0);
-            assert_close(&at(&k.name), &out, &matvec(&expm, &v, false), n);
+            let want = left(matvec(&expm, &v, false), n);
+            assert_close(&at(&k.name), &out, &want, n);
 
             let k = kernel("expmv_dense_backward_kernel");
             let lead = [
@@ -442,8 +515,13 @@ mod tests {
                 let abar = per.clone().flat_map(|m| m[..nn].to_vec()).collect();
                 (abar, per.flat_map(|m| m[nn..].to_vec()).collect())
             };
-            assert_close(&at("expmv_dense_backward_kernel (A)"), &got_abar, &abar, nn);
-            let vbar = matvec(&expm, &u, true);
+            assert_close(
+                &at("expmv_dense_backward_kernel (A)"),
+                &got_abar,
+                &left(abar, nn),
+                nn,
+            );
+            let vbar = left(matvec(&expm, &u, true), n);
             assert_close(&at("expmv_dense_backward_kernel (v)"), &got_vbar, &vbar, n);
         }
     }

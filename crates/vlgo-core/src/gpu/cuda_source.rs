@@ -60,11 +60,17 @@ pub struct KernelSource {
     pub shared_bytes: usize,
     /// The CUDA C++ that NVRTC compiles.
     pub source: String,
-    /// The program table the launch passes (for the host runs of the tests).
-    #[allow(dead_code)]
+    /// The program table the launch passes.
+    #[cfg_attr(
+        not(all(test, feature = "wgpu")),
+        allow(dead_code, reason = "read by the host runs of the tests")
+    )]
     pub(super) table: &'static program::Table,
-    /// The launch's geometry and comptime arguments (for the host runs of the tests).
-    #[allow(dead_code)]
+    /// The launch's geometry and comptime arguments.
+    #[cfg_attr(
+        not(all(test, feature = "wgpu")),
+        allow(dead_code, reason = "read by the host runs of the tests")
+    )]
     pub(super) layout: Layout,
 }
 

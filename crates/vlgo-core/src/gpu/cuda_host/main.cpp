@@ -1,7 +1,8 @@
 // Runs one kernel of CubeCL's CUDA C++ on the host (see cuda_runtime.h beside this file).
 // Built with KERNEL_SOURCE (the .cu file, quoted) and KERNEL_ENTRY (its entry point).
-// Input file: grid, units, buffer count (u32 each); per buffer its length in 4-byte words and
-// the words; then the kernel's info struct. Output file: every buffer's words, in order.
+// Input file: grid, units, bytes of dynamic shared memory, buffer count (u32 each); per buffer
+// its length in 4-byte words and the words; then the kernel's info struct. Output file: every
+// buffer's words, in order. Exit status 3: the kernel wrote past a buffer's end.
 #include <cuda_runtime.h>
 
 #include KERNEL_SOURCE
@@ -19,6 +20,11 @@
 alignas(16) uint8 dynamic_shared_mem[1 << 18];
 
 namespace {
+
+// Words after each buffer: a quiet NaN, so that a read past the end spoils the result, and a
+// pattern that a write past the end would change.
+constexpr size_t GUARD = 64;
+constexpr uint32_t GUARD_WORD = 0x7fc0dead;
 
 std::vector<uint32_t> read_words(FILE* f, size_t n) {
     std::vector<uint32_t> v(n);
@@ -59,16 +65,22 @@ int main(int argc, char** argv) {
         std::perror(argv[1]);
         return 2;
     }
-    auto head = read_words(in, 3);
-    unsigned grid = head[0], units = head[1], count = head[2];
+    auto head = read_words(in, 4);
+    unsigned grid = head[0], units = head[1], shared = head[2], count = head[3];
+    if (shared > sizeof(dynamic_shared_mem)) {
+        std::fprintf(stderr, "%u bytes of shared memory; the host has %zu\n", shared,
+                     sizeof(dynamic_shared_mem));
+        return 2;
+    }
     // One more buffer for the dynamic metadata (tensor shapes and strides), which the caller
-    // checks the kernel does not read; each buffer is one word longer, so none is empty.
+    // checks the kernel does not read.
     std::vector<std::vector<uint32_t>> buffers(count + 1);
+    std::vector<size_t> lengths(count);
     std::vector<void*> pointers(count + 1);
     for (unsigned b = 0; b < count; ++b) {
-        size_t len = read_words(in, 1)[0];
-        buffers[b] = read_words(in, len);
-        buffers[b].push_back(0);
+        lengths[b] = read_words(in, 1)[0];
+        buffers[b] = read_words(in, lengths[b]);
+        buffers[b].resize(lengths[b] + GUARD, GUARD_WORD);
     }
     buffers[count].assign(64, 0);
     for (unsigned b = 0; b <= count; ++b) {
@@ -82,6 +94,9 @@ int main(int argc, char** argv) {
     blockDim = {units, 1, 1};
     gridDim = {grid, 1, 1};
     for (unsigned cube = 0; cube < grid; ++cube) {
+        // Shared memory starts as NaN (all bits set), as a GPU's holds garbage: a value read
+        // before the cube wrote it spoils the result.
+        std::memset(dynamic_shared_mem, 0xff, sizeof(dynamic_shared_mem));
         std::barrier<> barrier(units);
         vlgo_host::cube_barrier = &barrier;
         std::vector<std::thread> threads;
@@ -99,13 +114,22 @@ int main(int argc, char** argv) {
         }
     }
 
+    for (unsigned b = 0; b < count; ++b) {
+        for (size_t g = 0; g < GUARD; ++g) {
+            if (buffers[b][lengths[b] + g] != GUARD_WORD) {
+                std::fprintf(stderr, "buffer %u (%zu words): written at word %zu\n", b,
+                             lengths[b], lengths[b] + g);
+                return 3;
+            }
+        }
+    }
     FILE* out = std::fopen(argv[2], "wb");
     if (!out) {
         std::perror(argv[2]);
         return 2;
     }
     for (unsigned b = 0; b < count; ++b) {
-        std::fwrite(buffers[b].data(), 4, buffers[b].size() - 1, out);
+        std::fwrite(buffers[b].data(), 4, lengths[b], out);
     }
     std::fclose(out);
     return 0;
