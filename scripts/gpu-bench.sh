@@ -5,19 +5,28 @@
 #   both transport methods, then PyTorch's matrix_exp on the same card where torch is installed.
 #   A run that fails is reported and the others still run.
 # Usage: scripts/gpu-bench.sh [path to pytorch_anchors.py]
+#   With VLGO_GPU_BENCH_BIN naming a built benchmark (as scripts/gpu-bundle.sh packs it for a
+#   machine without Rust), that executable runs instead of cargo.
 set -uo pipefail
 anchors="$(realpath -m "${1:-$(dirname "$0")/../../shared/tools/pytorch_anchors.py}")"
+bench_bin="${VLGO_GPU_BENCH_BIN:+$(realpath -m "$VLGO_GPU_BENCH_BIN")}"
 cd "$(dirname "$0")/.."
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 # Build once, so that each timed run below starts at once.
-cargo bench -p vlgo-core --bench gpu --features cuda --no-run || exit 1
+[ -n "$bench_bin" ] || cargo bench -p vlgo-core --bench gpu --features cuda --no-run || exit 1
 failed=0
 run() {
   echo "== $*"
   "$@" || { echo "== failed (exit $?): $*"; failed=1; }
 }
-bench() { run cargo bench -q -p vlgo-core --bench gpu --features cuda -- --only cuda "$@"; }
+bench() {
+  if [ -n "$bench_bin" ]; then
+    run "$bench_bin" --bench --only cuda "$@"
+  else
+    run cargo bench -q -p vlgo-core --bench gpu --features cuda -- --only cuda "$@"
+  fi
+}
 bench --tensor-ops
 # The backward that recomputes the Taylor scheme, against the default one from the forward's
 # checkpoint (the run above).
