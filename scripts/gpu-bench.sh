@@ -13,6 +13,10 @@ bench_bin="${VLGO_GPU_BENCH_BIN:+$(realpath -m "$VLGO_GPU_BENCH_BIN")}"
 cd "$(dirname "$0")/.."
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+if [ -n "$bench_bin" ] && [ ! -x "$bench_bin" ]; then
+  echo "gpu-bench: VLGO_GPU_BENCH_BIN=$bench_bin is not an executable" >&2
+  exit 1
+fi
 # Build once, so that each timed run below starts at once.
 [ -n "$bench_bin" ] || cargo bench -p vlgo-core --bench gpu --features cuda --no-run || exit 1
 failed=0

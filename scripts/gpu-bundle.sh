@@ -1,44 +1,48 @@
 #!/usr/bin/env bash
-# Packs the GPU checks for a machine with a CUDA GPU but no Rust toolchain: vlgo-core's tests built
-# for `cuda` (the library's unit tests and the `suite` integration tests, on `Cuda` as
-# `--features test-cuda` runs them) and the GPU benchmark, stripped and compressed, with
-# scripts/gpu-bench.sh, PyTorch's anchors and a `run.sh` that runs them all. Build here, copy the
-# folder to the GPU machine (same CPU architecture, glibc no older than here), run `DIR/run.sh` there.
-# Usage: scripts/gpu-bundle.sh [DIR (default target/gpu-bundle)] [path to pytorch_anchors.py]
+# Packs the GPU checks for a machine with a CUDA GPU but no Rust toolchain: vlgo-core's unit tests
+# and `suite` tests built as `cargo test -p vlgo-core --features test-cuda` builds them (on `Cuda`),
+# and the GPU benchmark, stripped and compressed with xz, with scripts/gpu-bench.sh, PyTorch's
+# anchors (where found) and a `run.sh` that runs them all. Build here, copy the folder to the GPU
+# machine (same CPU architecture, a glibc no older than here's), run `DIR/run.sh` there.
+# Usage: scripts/gpu-bundle.sh [DIR (default target/gpu-bundle; emptied first)] [pytorch_anchors.py]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="$(realpath -m "${1:-$root/target/gpu-bundle}")"
 anchors="$(realpath -m "${2:-$root/../shared/tools/pytorch_anchors.py}")"
 cd "$root"
 
-# The test and bench executables that one cargo command builds, from its JSON messages: "kind name
-# path" lines (the library's unit tests are kind "lib").
+# DIR is emptied first: refuse a folder that holds something other than an earlier bundle.
+if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/run.sh" ]; then
+  echo "gpu-bundle: $dir is not empty and holds no earlier bundle (run.sh); name another folder" >&2
+  exit 1
+fi
+
+# The test and bench executables that one cargo command builds, from its JSON messages: "name path"
+# lines, the library's unit tests named `unit`. Compiler messages go to stderr as cargo prints them.
 executables() {
   cargo "$@" --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    kind = m.get("target", {}).get("kind", [""])[0]
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and kind in ("lib", "test", "bench"):
-        print(m["target"]["kind"][0], m["target"]["name"], m["executable"])
+    if m.get("reason") == "compiler-message":
+        print(m["message"]["rendered"], end="", file=sys.stderr)
+    elif m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        kinds = m["target"]["kind"]
+        print("unit" if not {"test", "bench"} & set(kinds) else m["target"]["name"], m["executable"])
 '
 }
-mapfile -t tests < <(executables test -p vlgo-core --features test-cuda --no-run)
-mapfile -t benches < <(executables bench -p vlgo-core --bench gpu --features cuda --no-run)
+# Captured, not read from a process substitution, so that a failed build stops the script here.
+tests="$(executables test -p vlgo-core --features test-cuda --no-run)"
+benches="$(executables bench -p vlgo-core --bench gpu --features cuda --no-run)"
 
 rm -rf "$dir"
 mkdir -p "$dir/bin"
-pack() { # kind name path: copy as bin/NAME, strip, compress
-  local name="$2" path="$3"
-  [ "$1" = lib ] && name=unit
+while read -r name path; do
   cp "$path" "$dir/bin/$name"
   strip "$dir/bin/$name"
   xz -T0 -6 "$dir/bin/$name"
-}
-for line in "${tests[@]}" "${benches[@]}"; do
-  # shellcheck disable=SC2086 # three words: kind, name, path
-  pack $line
-done
+done <<<"$tests
+$benches"
 for want in unit suite gpu; do
   [ -e "$dir/bin/$want.xz" ] || { echo "gpu-bundle: cargo built no '$want' executable" >&2; exit 1; }
 done
@@ -49,50 +53,74 @@ else
   echo "gpu-bundle: no $anchors; run.sh will skip PyTorch's figures" >&2
 fi
 
+# `bin/with-cuda CMD...` runs CMD with CUDA's libraries on the library path (cudarc opens NVRTC by
+# name at run time); `bin/gpu-cuda` is the benchmark so. PyTorch's anchors run without it: a pip
+# build of torch brings CUDA libraries of its own.
+cat >"$dir/bin/with-cuda" <<'WITH'
+#!/usr/bin/env bash
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+for d in "$cuda/lib64" "$cuda/targets/x86_64-linux/lib"; do
+  [ -d "$d" ] && LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+export LD_LIBRARY_PATH
+exec "$@"
+WITH
+cat >"$dir/bin/gpu-cuda" <<'GPU'
+#!/usr/bin/env bash
+bin="$(dirname "$0")"
+exec "$bin/with-cuda" "$bin/gpu" "$@"
+GPU
+chmod +x "$dir/bin/with-cuda" "$dir/bin/gpu-cuda"
+
 cat >"$dir/run.sh" <<'RUN'
 #!/usr/bin/env bash
-# vlgo's GPU checks on a CUDA machine: the benchmark and PyTorch's anchors (scripts/gpu-bench.sh
-# with the packed benchmark), then vlgo-core's unit and suite tests on `Cuda`. Each part's output
-# also goes to LOGDIR (default: logs/ beside this script); a part that outlives its limit in
-# seconds (VLGO_GPU_STEP_LIMIT, default 420) is stopped and the others still run. Where one call may
-# run 10 minutes at most, run `run.sh LOGDIR bench` and `run.sh LOGDIR tests` as two.
+# vlgo's GPU checks on a CUDA machine: the benchmark and PyTorch's anchors (gpu-bench.sh with the
+# packed benchmark), then vlgo-core's unit and suite tests on `Cuda`. Each part's output also goes
+# to LOGDIR/{bench,unit,suite}.log (default LOGDIR: logs/ beside this script); a part that outlives
+# VLGO_GPU_STEP_LIMIT seconds (default 420) is stopped and the others still run. Where a job on the
+# GPU machine is limited in time, run `run.sh LOGDIR bench` and `run.sh LOGDIR tests` as two.
 # Usage: run.sh [LOGDIR] [bench|tests|all (default)]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+case "${1:-}" in bench | tests | all) set -- "$here/logs" "$1" ;; esac
 log="$(realpath -m "${1:-$here/logs}")"
 what="${2:-all}"
+case "$what" in bench | tests | all) ;; *) echo "run.sh: '$what' is not bench, tests or all" >&2; exit 2 ;; esac
 limit="${VLGO_GPU_STEP_LIMIT:-420}"
 mkdir -p "$log"
-for f in "$here"/bin/*.xz; do
-  [ -x "${f%.xz}" ] && continue
-  if command -v xz >/dev/null; then
-    xz -dkc "$f" >"${f%.xz}"
-  else
-    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$f" "${f%.xz}"
-  fi
-  chmod +x "${f%.xz}"
-done
-# cudarc opens CUDA's runtime libraries (NVRTC) by name at run time.
-cuda="${CUDA_HOME:-/usr/local/cuda}"
-for d in "$cuda/lib64" "$cuda/targets/x86_64-linux/lib"; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-done
-anchors="$here/pytorch_anchors.py"
 failed=0
+# Unpacked each time, so that a bundle copied over an earlier one never runs the earlier executables.
+for f in "$here"/bin/*.xz; do
+  exe="${f%.xz}"
+  if { command -v xz >/dev/null && xz -dc "$f" >"$exe.tmp"; } ||
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$f" "$exe.tmp"; then
+    chmod +x "$exe.tmp" && mv "$exe.tmp" "$exe"
+  else
+    echo "run.sh: could not unpack $f" >&2
+    rm -f "$exe.tmp" "$exe"
+    failed=1
+  fi
+done
 step() { # name, then the command
   local name="$1"
   shift
   echo "=== $name: $*"
-  timeout "$limit" "$@" 2>&1 | tee "$log/$name.log"
+  timeout -k 30 "$limit" "$@" 2>&1 | tee "$log/$name.log"
   local rc="${PIPESTATUS[0]}"
-  [ "$rc" = 0 ] || { echo "=== $name: exit $rc"; failed=1; }
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "=== $name: stopped after ${limit} s" | tee -a "$log/$name.log"
+    failed=1
+  elif [ "$rc" != 0 ]; then
+    echo "=== $name: exit $rc" | tee -a "$log/$name.log"
+    failed=1
+  fi
 }
 if [ "$what" != tests ]; then
-  step bench env VLGO_GPU_BENCH_BIN="$here/bin/gpu" "$here/gpu-bench.sh" "$anchors"
+  step bench env VLGO_GPU_BENCH_BIN="$here/bin/gpu-cuda" bash "$here/gpu-bench.sh" "$here/pytorch_anchors.py"
 fi
 if [ "$what" != bench ]; then
-  step unit "$here/bin/unit"
-  step suite "$here/bin/suite"
+  step unit "$here/bin/with-cuda" "$here/bin/unit"
+  step suite "$here/bin/with-cuda" "$here/bin/suite"
 fi
 exit "$failed"
 RUN
