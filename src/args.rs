@@ -21,6 +21,7 @@ commands:
   neighbours   ManifoldCLR runs: prior samples shown as their nearest training images
   paths        ManifoldCLR runs: paths expm(t Psi_m) z of the largest generators
   compare      a markdown table of finished runs by method (mean and spread over seeds)
+  sweep        pre-training runs over a grid of settings and seeds, their table and plots
   demo         a tour of the core API: operators, transport, gradients
 
 swiss-roll options:
@@ -48,6 +49,17 @@ probe / knn / identity / coefficients / neighbours / paths options:
 
 compare options:
   --runs DIR...      run folders (all that follow), e.g. runs/fashion-mnist-*
+
+sweep options:
+  --config FILE      the settings every run starts from
+  --grid KEY=V1,V2   a swept setting and its values (repeatable: the grid of all
+                     combinations), e.g. --grid pretrain.model.manifold.lambda=1,10,100
+  --seeds S1,S2,...  seeds of every grid point (default: the config's seed)
+  --set KEY=VALUE    any other setting (repeatable)
+  --data-dir DIR     the data set's folder
+  --out DIR          the sweep's folder (default: runs/<config name>-sweep-<keys>);
+                     run again, a sweep skips finished runs and resumes stopped ones;
+                     it ends with sweep.md and plots/<metric>_vs_<key>.png
 
   -h, --help         this text";
 
@@ -88,6 +100,8 @@ pub enum Command {
         /// Their folders.
         runs: Vec<PathBuf>,
     },
+    /// A grid of pre-training runs.
+    Sweep(Box<crate::sweep::Sweep>),
     /// A ManifoldCLR diagnostic of a run.
     Diagnose {
         /// The run folder.
@@ -128,6 +142,7 @@ pub fn parse(args: &[String]) -> Result<Command> {
         )),
         "swiss-roll" => parse_swiss_roll(rest),
         "pretrain" => parse_pretrain(rest),
+        "sweep" => parse_sweep(rest),
         "probe" | "knn" => Ok(Command::Evaluate {
             run: run_folder(command, rest)?,
             probe: command == "probe",
@@ -151,7 +166,7 @@ pub fn parse(args: &[String]) -> Result<Command> {
                 "command",
                 format!("{other:?}"),
                 "expected swiss-roll, pretrain, probe, knn, identity, coefficients, \
-                 neighbours, paths, compare or demo (see `vlgo --help`)",
+                 neighbours, paths, compare, sweep or demo (see `vlgo --help`)",
             )),
         },
     }
@@ -262,6 +277,54 @@ fn parse_pretrain(args: &[String]) -> Result<Command> {
         out,
         resume,
     })
+}
+
+fn parse_sweep(args: &[String]) -> Result<Command> {
+    let (mut config_path, mut data_dir, mut out) = (None, None, None);
+    let (mut axes, mut seeds, mut sets) = (Vec::new(), None, Vec::new());
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--config" => config_path = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--data-dir" => data_dir = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--out" => out = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--grid" => axes.push(crate::sweep::Axis::parse(value(flag, &mut it)?)?),
+            "--seeds" => {
+                seeds = Some(
+                    value(flag, &mut it)?
+                        .split(',')
+                        .map(|s| number::<u64>(flag, s.trim()))
+                        .collect::<Result<Vec<_>>>()?,
+                )
+            }
+            "--set" => sets.push(value(flag, &mut it)?.clone()),
+            other => {
+                return Err(CliError::invalid(
+                    "sweep option",
+                    format!("{other:?}"),
+                    "see `vlgo --help`",
+                ));
+            }
+        }
+    }
+    let path = config_path
+        .ok_or_else(|| CliError::invalid("--config", "nothing", "a config file to sweep"))?;
+    let mut base = ImageRunConfig::load(&path)?;
+    for s in &sets {
+        base = set(&base, s)?;
+    }
+    if data_dir.is_some() {
+        base.data_dir = data_dir;
+    }
+    let sweep = crate::sweep::Sweep {
+        seeds: seeds.unwrap_or_else(|| vec![base.pretrain.seed]),
+        out: out.unwrap_or_else(|| crate::sweep::Sweep::default_out(&path, &axes)),
+        base,
+        axes,
+    };
+    // Every run's settings are checked here, before any run starts.
+    sweep.points()?;
+    Ok(Command::Sweep(Box::new(sweep)))
 }
 
 /// Applies one `key=value` override (a dotted key reaches into tables; the value is read as TOML,

@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use crate::error::{CliError, Result};
 use crate::run_folder::RunFolder;
+pub use crate::stats::mean_std;
+use crate::stats::welch;
 
 /// What one run contributes to the table.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,17 +85,6 @@ pub fn figures(run: &Path) -> Result<RunFigures> {
     })
 }
 
-/// Mean and sample standard deviation (0 for one value).
-pub fn mean_std(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len().max(1) as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    let var = match xs.len() {
-        0 | 1 => 0.0,
-        k => xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1) as f64,
-    };
-    (mean, var.sqrt())
-}
-
 /// The markdown table of `runs`, one row per method in order of first appearance.
 pub fn table(runs: &[RunFigures]) -> String {
     let mut order: Vec<&str> = Vec::new();
@@ -146,11 +137,53 @@ pub fn table(runs: &[RunFigures]) -> String {
     out
 }
 
-/// `vlgo compare`: the table of the run folders `runs`.
+/// Welch's t-test of each method's probe top-1 against the first method's (the first to
+/// appear), one line each, where both have at least two seeds.
+pub fn welch_lines(runs: &[RunFigures]) -> String {
+    let mut order: Vec<&str> = Vec::new();
+    for r in runs {
+        if !order.contains(&r.method.as_str()) {
+            order.push(&r.method);
+        }
+    }
+    let probes = |m: &str| -> Vec<f64> {
+        runs.iter()
+            .filter(|r| r.method == m)
+            .map(|r| r.probe)
+            .collect()
+    };
+    let Some((first, rest)) = order.split_first() else {
+        return String::new();
+    };
+    let base = probes(first);
+    let mut out = String::new();
+    for m in rest {
+        let other = probes(m);
+        if let Some(w) = welch(&other, &base) {
+            let (a, b) = (mean_std(&other).0, mean_std(&base).0);
+            out += &format!(
+                "- probe top-1, `{m}` - `{first}`: {:+.2} points, Welch's t = {:.2} \
+                 (df {:.1}), two-sided p = {:.3}\n",
+                a - b,
+                w.t,
+                w.df,
+                w.p_two_sided
+            );
+        }
+    }
+    out
+}
+
+/// `vlgo compare`: the table of the run folders `runs`, and Welch's t-tests of the probe
+/// against the first method.
 pub fn compare(runs: &[PathBuf]) -> Result<String> {
     let figures = runs
         .iter()
         .map(|r| figures(r))
         .collect::<Result<Vec<_>>>()?;
-    Ok(table(&figures))
+    let tests = welch_lines(&figures);
+    Ok(match tests.is_empty() {
+        true => table(&figures),
+        false => format!("{}\n{tests}", table(&figures)),
+    })
 }

@@ -13,6 +13,8 @@ pub mod plot;
 pub mod pretrain;
 pub mod progress;
 pub mod run_folder;
+pub mod stats;
+pub mod sweep;
 pub mod swiss_roll;
 
 pub use error::{CliError, Result};

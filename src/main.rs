@@ -43,6 +43,11 @@ fn main() -> ExitCode {
             print!("{}", vlgo::compare::compare(&runs)?);
             Ok(())
         }
+        Command::Sweep(sweep) => {
+            print!("{}", sweep.run::<Autodiff<Cpu>>(&Default::default())?);
+            println!("sweep folder: {}", sweep.out.display());
+            Ok(())
+        }
         Command::Diagnose { run, what } => {
             let result = vlgo::diagnostics::run::<Autodiff<Cpu>>(&run, what, &Default::default())?;
             println!("{}", serde_json::to_string_pretty(&result).expect("json"));

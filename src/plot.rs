@@ -441,3 +441,90 @@ pub fn panels_2d(path: &Path, title: &str, panels: &[Panel]) -> Result<()> {
     }
     root.present().map_err(|e| err(e.to_string()))
 }
+
+/// One named line of means with its spread: (x, mean, standard deviation) points.
+pub struct Band<'a> {
+    /// Legend label.
+    pub name: &'a str,
+    /// (x, mean, std) points, in x order.
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// Means joined by lines with error bars of ± one standard deviation, one colour per band.
+pub fn band_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    bands: &[Band],
+) -> Result<()> {
+    ensure_font();
+    let err = plot_error(path);
+    let finite = |p: &&(f64, f64, f64)| p.0.is_finite() && p.1.is_finite() && p.2.is_finite();
+    let all: Vec<(f64, f64, f64)> = bands
+        .iter()
+        .flat_map(|b| b.points.iter().filter(finite).copied())
+        .collect();
+    let fold = |f: &dyn Fn(&(f64, f64, f64)) -> f64| {
+        let lo = all.iter().map(f).fold(f64::INFINITY, f64::min);
+        let hi = all.iter().map(f).fold(f64::NEG_INFINITY, f64::max);
+        match (lo.is_finite(), hi > lo) {
+            (true, true) => (lo, hi),
+            (true, false) => (lo - 0.5, lo + 0.5),
+            (false, _) => (0.0, 1.0),
+        }
+    };
+    let (x0, x1) = fold(&|p| p.0);
+    let (y0, _) = fold(&|p| p.1 - p.2);
+    let (_, y1) = fold(&|p| p.1 + p.2);
+    let (xpad, ypad) = (0.05 * (x1 - x0), 0.08 * (y1 - y0));
+    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((x0 - xpad)..(x1 + xpad), (y0 - ypad)..(y1 + ypad))
+        .map_err(|e| err(e.to_string()))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    let cap = 0.01 * (x1 - x0 + 2.0 * xpad);
+    for (i, band) in bands.iter().enumerate() {
+        let style = colour(i).stroke_width(2);
+        let points: Vec<(f64, f64, f64)> = band.points.iter().filter(finite).copied().collect();
+        chart
+            .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.1)), style))
+            .map_err(|e| err(e.to_string()))?
+            .label(band.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart
+            .draw_series(points.iter().flat_map(|&(x, m, s)| {
+                [
+                    PathElement::new(vec![(x, m - s), (x, m + s)], style),
+                    PathElement::new(vec![(x - cap, m - s), (x + cap, m - s)], style),
+                    PathElement::new(vec![(x - cap, m + s), (x + cap, m + s)], style),
+                ]
+            }))
+            .map_err(|e| err(e.to_string()))?;
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, m, _)| Circle::new((x, m), 4, style.filled())),
+            )
+            .map_err(|e| err(e.to_string()))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    root.present().map_err(|e| err(e.to_string()))
+}

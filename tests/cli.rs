@@ -756,5 +756,310 @@ fn every_shipped_config_parses_and_validates() {
         let file = dir.join(format!("fashion-mnist-{method}-cpu.toml"));
         assert!(file.is_file(), "{} missing", file.display());
     }
-    assert_eq!(seen, 3 * 8 + 1 + 7);
+    // The paper's form of the ManifoldCLR-MLP CPU config beside the shipped one.
+    assert!(
+        dir.join("fashion-mnist-manifoldclr-mlp-cpu-paper.toml")
+            .is_file()
+    );
+    // Table 6's cosine rows of the head-less methods on CIFAR-10.
+    for method in [
+        "simclr-none",
+        "directclr",
+        "manifoldclr",
+        "manifold-directclr",
+    ] {
+        let file = dir.join(format!("cifar10-{method}-cosine.toml"));
+        let config = vlgo::pretrain::ImageRunConfig::load(&file).unwrap();
+        assert_eq!(
+            config.pretrain.model.similarity,
+            Some(manifoldclr::Similarity::Cosine)
+        );
+    }
+    // The paper-text CIFAR-10 config thresholds as the paper's text and Algorithm 1 do.
+    let text =
+        vlgo::pretrain::ImageRunConfig::load(&dir.join("cifar10-manifoldclr-mlp-paper-text.toml"))
+            .unwrap()
+            .pretrain
+            .model
+            .manifold;
+    assert_eq!(
+        (text.threshold, text.samples, text.threshold_variant),
+        (0.01, 20, vlgo_core::ThresholdVariant::Sample)
+    );
+    // Every file says where its values come from.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.starts_with('#'), "{}: no header", path.display());
+        }
+    }
+    assert_eq!(seen, 3 * 8 + 1 + 7 + 1 + 4);
+}
+
+/// The settings of a short image run on the 12 x 12 fixture: width 4 (32-d features), batch 64,
+/// 8 epochs of 512 images (64 steps), the spectrum every step, the CPU configs' temperature.
+fn collapse_fixture(dir: &Path) -> (vlgo::pretrain::ImageRunConfig, String) {
+    let data = dir.join("data");
+    let train = vlgo_datasets::fixtures::synthetic(1, 12, 12, 10, 512, 1);
+    let test = vlgo_datasets::fixtures::synthetic(1, 12, 12, 10, 200, 2);
+    vlgo_datasets::fixtures::write_idx_dataset(&data, &train, &test).unwrap();
+    let mut config: vlgo::pretrain::ImageRunConfig = toml::from_str(TINY_CONFIG).unwrap();
+    config.knn_every = 0;
+    config.baselines = false;
+    config.eval_batch = 64;
+    config.pretrain.epochs = 8;
+    config.pretrain.batch_size = 64;
+    config.pretrain.spectrum_every = 1;
+    let model = &mut config.pretrain.model;
+    (model.width, model.head_hidden, model.head_output) = (4, 64, 32);
+    model.temperature = 0.1;
+    (config, data.display().to_string())
+}
+
+/// Per-step effective ranks and the test features' effective rank of a finished run.
+fn ranks(run: &Path) -> (Vec<f64>, f64) {
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let steps = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|v| v["effective_rank"].as_f64())
+        .collect();
+    (
+        steps,
+        summary_figures_of(run)["effective_rank"].as_f64().unwrap(),
+    )
+}
+
+fn summary_figures_of(run: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
+}
+
+/// The collapse of ManifoldCLR-MLP's features (`docs/manifoldclr.md`, "The collapse"): with the
+/// shipped CPU config's Lie group settings (sizes scaled to the fixture) the per-step effective
+/// rank stays at or above 0.75 of SimCLR-MLP's at every step and so does the test features'; the
+/// paper's form (L_m's gradient into the backbone, `backbone_grad = 1`) falls below 0.6 of it on
+/// the same data, which shows the check can fail.
+#[test]
+fn manifoldclr_mlp_features_do_not_collapse_with_the_shipped_settings() {
+    let dir = std::env::temp_dir().join(format!("vlgo-cli-collapse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (base, data) = collapse_fixture(&dir);
+    let shipped = vlgo::pretrain::ImageRunConfig::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("configs/fashion-mnist-manifoldclr-mlp-cpu.toml"),
+    )
+    .unwrap()
+    .pretrain
+    .model
+    .manifold;
+    let run = |name: &str, method: &str, backbone_grad: Option<f64>| {
+        let mut config = base.clone();
+        config.pretrain.model.method = method.parse().unwrap();
+        let m = &mut config.pretrain.model.manifold;
+        *m = manifoldclr::ManifoldConfig {
+            num_operators: 4,
+            block_size: 16,
+            network_width: 32,
+            prior_warmup: 10,
+            ..shipped.clone()
+        };
+        if let Some(g) = backbone_grad {
+            m.backbone_grad = g;
+        }
+        let file = dir.join(format!("{name}.toml"));
+        std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+        let out = dir.join(name);
+        let o = vlgo(&[
+            "pretrain",
+            "--config",
+            file.to_str().unwrap(),
+            "--data-dir",
+            &data,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        ranks(&out)
+    };
+    let (simclr, simclr_test) = run("simclr", "simclr-mlp", None);
+    let (healthy, healthy_test) = run("shipped", "manifoldclr-mlp", None);
+    let (paper, _) = run("paper", "manifoldclr-mlp", Some(1.0));
+    assert_eq!((simclr.len(), healthy.len(), paper.len()), (64, 64, 64));
+    let worst = |xs: &[f64]| {
+        xs.iter()
+            .zip(&simclr)
+            .map(|(x, s)| x / s)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (h, p) = (worst(&healthy), worst(&paper));
+    eprintln!(
+        "lowest step-rank ratio to SimCLR-MLP: shipped {h:.3}, paper {p:.3}; test ranks {healthy_test:.1} / {simclr_test:.1}; last step ranks {:.1} / {:.1} / {:.1}",
+        healthy[63], paper[63], simclr[63]
+    );
+    assert!(
+        h >= 0.75,
+        "shipped settings: step rank down to {h:.2} of SimCLR-MLP's"
+    );
+    assert!(
+        healthy_test >= 0.75 * simclr_test,
+        "shipped settings: test rank {healthy_test:.1} against {simclr_test:.1}"
+    );
+    assert!(
+        p < 0.6,
+        "the paper's form no longer collapses here ({p:.2}): re-tune the fixture"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sweep_runs_a_grid_resumes_and_writes_its_table_and_plots() {
+    let dir = std::env::temp_dir().join(format!("vlgo-cli-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (config, data) = fixture(&dir);
+    let out = dir.join("sweep");
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "sweep",
+            "--config",
+            &config,
+            "--data-dir",
+            &data,
+            "--grid",
+            "pretrain.model.temperature=0.2,0.5",
+            "--seeds",
+            "0,1",
+            "--set",
+            "pretrain.epochs=1",
+            "--set",
+            "knn_every=0",
+            "--set",
+            "baselines=false",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let out_s = out.display().to_string();
+    let run = |extra: &[&str]| {
+        let a = args(extra);
+        vlgo(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let first = run(&["--out", &out_s]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let names = [
+        "temperature=0.2-seed0",
+        "temperature=0.2-seed1",
+        "temperature=0.5-seed0",
+        "temperature=0.5-seed1",
+    ];
+    for n in names {
+        assert!(out.join(n).join("summary.json").is_file(), "{n}");
+    }
+    let table = std::fs::read_to_string(out.join("sweep.md")).unwrap();
+    let rows: Vec<&str> = table.lines().skip(2).collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(rows[0].starts_with("| 0.2 | `simclr-mlp` | 2 |"), "{table}");
+    assert!(rows[1].starts_with("| 0.5 | `simclr-mlp` | 2 |"), "{table}");
+    for metric in ["probe_top1", "knn_top1", "effective_rank"] {
+        let png = out.join(format!("plots/{metric}_vs_temperature.png"));
+        assert!(
+            std::fs::metadata(&png).unwrap().len() > 1000,
+            "{}",
+            png.display()
+        );
+    }
+    // A stop: one run lost its evaluation (stopped after its checkpoint), one stopped before
+    // its first checkpoint. Run again, the sweep resumes the first, restarts the second and
+    // leaves the finished two alone.
+    let kept = out.join(names[0]).join("metrics.jsonl");
+    let before = std::fs::metadata(&kept).unwrap().modified().unwrap();
+    std::fs::remove_file(out.join(names[1]).join("summary.json")).unwrap();
+    std::fs::remove_dir_all(out.join(names[2]).join("checkpoints")).unwrap();
+    std::fs::remove_file(out.join(names[2]).join("summary.json")).unwrap();
+    let again = run(&["--out", &out_s]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: finished, skipped",
+            out.join(names[0]).display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{}: resuming", out.join(names[1]).display())),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{}: starting", out.join(names[2]).display())),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().modified().unwrap(),
+        before
+    );
+    for n in names {
+        assert!(out.join(n).join("summary.json").is_file(), "{n}");
+    }
+    // A bad key or value is a named error before any run starts.
+    let fresh = dir.join("never");
+    let fresh_s = fresh.display().to_string();
+    for (grid, needles) in [
+        (
+            "pretrain.model.tempo=0.1,0.2",
+            &["no setting named", "tempo"][..],
+        ),
+        ("pretrain.model.temperature=0.1,-1", &["temperature"][..]),
+        ("pretrain.model.temperature", &["--grid", "KEY=V1,V2"][..]),
+    ] {
+        let mut a = args(&["--out", &fresh_s]);
+        a[6] = grid.to_string();
+        let o = vlgo(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && !err.contains("panicked"),
+            "{grid}: {err}"
+        );
+        for needle in needles {
+            assert!(err.contains(needle), "{grid}: {err}");
+        }
+        assert!(!fresh.exists(), "{grid}: a run started");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn welch_matches_scipy() {
+    let text = include_str!("data/ttest-fixtures.json");
+    let fixtures: Value = serde_json::from_str(text).unwrap();
+    for case in fixtures["cases"].as_array().unwrap() {
+        let read = |k: &str| -> Vec<f64> {
+            case[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        };
+        let w = vlgo::stats::welch(&read("a"), &read("b")).unwrap();
+        let close = |x: f64, k: &str| {
+            let want = case[k].as_f64().unwrap();
+            assert!(
+                (x - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "{k}: {x} vs {want}"
+            );
+        };
+        close(w.t, "welch_t");
+        close(w.df, "welch_df");
+        close(w.p_two_sided, "welch_p_two_sided");
+    }
+    assert!(vlgo::stats::welch(&[1.0], &[2.0, 3.0]).is_none());
+    assert!(vlgo::stats::welch(&[1.0, 1.0], &[2.0, 2.0]).is_none());
 }

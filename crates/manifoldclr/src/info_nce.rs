@@ -22,7 +22,8 @@ pub enum Similarity {
     /// (the paper's form at tau = 1 is the dot product at tau = 0.5).
     UnitDistance,
     /// -mean over features of (a - b)^2 on the raw rows (no head: SimCLR-None, DirectCLR,
-    /// ManifoldCLR without a head).
+    /// ManifoldCLR without a head). Written `neg-mse` in configs.
+    #[serde(rename = "neg-mse", alias = "negative-mean-square")]
     NegativeMeanSquare,
 }
 

@@ -72,6 +72,12 @@ pub struct ManifoldConfig {
     pub no_manifold_loss: bool,
     /// Ablation S4: the fixed prior, not the learned one, draws the augmentation.
     pub fixed_prior_augmentation: bool,
+    /// Scale of L_m's gradient into the backbone, in [0, 1]: 1 is the paper's loss (L_m trains
+    /// the backbone through z0, and through z1 with S1); 0 lets L_m train only the operators,
+    /// encoder and prior, the backbone learning from InfoNCE on the moved features alone. The
+    /// forward values, and so L_m, DI and every other logged figure, do not depend on it.
+    /// The shipped Fashion-MNIST CPU configs use 0 (`docs/manifoldclr.md`, "The collapse").
+    pub backbone_grad: f64,
 }
 
 impl Default for ManifoldConfig {
@@ -97,6 +103,7 @@ impl Default for ManifoldConfig {
             no_lie_augmentation: false,
             no_manifold_loss: false,
             fixed_prior_augmentation: false,
+            backbone_grad: 1.0,
         }
     }
 }
@@ -148,6 +155,13 @@ impl ManifoldConfig {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(ClrError::invalid(name, v, "finite and >= 0"));
             }
+        }
+        if !(0.0..=1.0).contains(&self.backbone_grad) {
+            return Err(ClrError::invalid(
+                "manifold.backbone_grad",
+                self.backbone_grad,
+                "in [0, 1] (1: the paper's loss; 0: no gradient of L_m into the backbone)",
+            ));
         }
         Ok(config)
     }
@@ -277,7 +291,18 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
     seed: u64,
 ) -> Result<(Option<Tensor<B, 2>>, ManifoldStep<B>)> {
     let streams = NoiseStreams::new(seed);
-    let step = vlgo.step(z0.clone(), z1.clone(), &streams, iteration)?;
+    // L_m's way into the backbone, scaled: same values, gradient times backbone_grad.
+    let g = config.backbone_grad;
+    let scaled = |z: &Tensor<B, 2>| {
+        if g == 1.0 {
+            z.clone()
+        } else if g == 0.0 {
+            z.clone().detach()
+        } else {
+            z.clone().detach() + (z.clone() - z.clone().detach()) * g
+        }
+    };
+    let step = vlgo.step(scaled(&z0), scaled(&z1), &streams, iteration)?;
     let di = distance_improvement(z0.clone(), z1, step.transported.clone().detach())?;
     // The learned prior of this iteration, which the KL targets, also draws the augmentation
     // (unless S2 or S4): one prior pass serves both.

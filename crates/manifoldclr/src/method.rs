@@ -15,7 +15,7 @@ use vlgo_nn::Vlgo;
 use crate::backbone::{ResNet18, ResNet18Config};
 use crate::error::{ClrError, Result};
 use crate::head::{HeadKind, ProjectionHead};
-use crate::info_nce::{InfoNceConfig, info_nce};
+use crate::info_nce::{InfoNceConfig, Similarity, info_nce};
 use crate::manifold::{ManifoldConfig, ManifoldStep, manifold_step, mixup};
 
 /// Mixed into the run's seed for the operators' initialisation.
@@ -158,6 +158,11 @@ pub struct ContrastiveConfig {
     pub temperature: f64,
     /// Features DirectCLR and ManifoldDirectCLR contrast (the first ones).
     pub direct_dims: usize,
+    /// InfoNCE's similarity (`cosine`, `unit-distance` or `neg-mse`); unset: the method's own
+    /// (cosine with a head, `neg-mse` without). `cosine` on a head-less method gives the
+    /// normalised rows of the paper's Table 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<Similarity>,
     /// The Lie group part of the ManifoldCLR methods (ignored by the others).
     #[serde(default)]
     pub manifold: ManifoldConfig,
@@ -176,6 +181,7 @@ impl ContrastiveConfig {
             head_output: 128,
             temperature: 0.5,
             direct_dims: 64,
+            similarity: None,
             manifold: ManifoldConfig::default(),
         }
     }
@@ -223,9 +229,17 @@ impl ContrastiveConfig {
     }
 
     fn loss_config(&self) -> InfoNceConfig {
+        let base = match self.similarity {
+            None => self.method.info_nce(),
+            Some(Similarity::NegativeMeanSquare) => InfoNceConfig::negative_mean_square(),
+            Some(similarity) => InfoNceConfig {
+                similarity,
+                ..InfoNceConfig::cosine()
+            },
+        };
         InfoNceConfig {
             temperature: self.temperature,
-            ..self.method.info_nce()
+            ..base
         }
     }
 

@@ -194,6 +194,19 @@ pub struct FeatureLog {
     pub feature_entropy: f64,
     /// ||Z||_F^2 / ||Z||_2^2.
     pub stable_rank: f64,
+    /// The effective rank of the features less their batch mean: the spread's own dimension
+    /// (the uncentred rank also falls when the spread merely shrinks toward a common mean).
+    #[serde(default)]
+    pub centred_effective_rank: f64,
+    /// sqrt(mean_b ||z_b - mean z||^2) / ||mean z||: how far the features spread around their
+    /// common mean, relative to its length.
+    #[serde(default)]
+    pub spread_ratio: f64,
+    /// sqrt(mean_b ||z0_b - z1_b||^2 / 2) / sqrt(mean_b ||z_b - mean z||^2): the distance
+    /// between an image's two views relative to the spread (1: views as far apart as two
+    /// random images; 0: views identical).
+    #[serde(default)]
+    pub view_gap_ratio: f64,
 }
 
 impl FeatureLog {
@@ -213,23 +226,60 @@ impl FeatureLog {
                 effective_rank: 0.0,
                 feature_entropy: 0.0,
                 stable_rank: 0.0,
+                centred_effective_rank: 0.0,
+                spread_ratio: 0.0,
+                view_gap_ratio: 0.0,
             });
         }
         let s = spectrum(&values, dim)?;
+        let sq = |r: &[f64]| r.iter().map(|v| v * v).sum::<f64>();
+        let as_f64 = |r: &[f32]| r.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>();
         let norms: f64 = values
             .chunks_exact(dim)
-            .map(|r| {
-                r.iter()
-                    .map(|&v| f64::from(v) * f64::from(v))
-                    .sum::<f64>()
-                    .sqrt()
-            })
+            .map(|r| sq(&as_f64(r)).sqrt())
             .sum();
+        let mut mean = vec![0.0f64; dim];
+        for r in values.chunks_exact(dim) {
+            mean.iter_mut()
+                .zip(r)
+                .for_each(|(m, &v)| *m += f64::from(v));
+        }
+        mean.iter_mut().for_each(|m| *m /= rows.max(1) as f64);
+        let centred: Vec<f32> = values
+            .chunks_exact(dim)
+            .flat_map(|r| r.iter().zip(&mean).map(|(&v, m)| (f64::from(v) - m) as f32))
+            .collect();
+        let spread = centred
+            .chunks_exact(dim)
+            .map(|r| sq(&as_f64(r)))
+            .sum::<f64>()
+            / rows as f64;
+        // All rows equal: no spread, and so no spectrum of it.
+        let centred_rank = match spread > 0.0 {
+            true => spectrum(&centred, dim)?.effective_rank,
+            false => 0.0,
+        };
+        let half = rows / 2 * dim;
+        let gap = values[..half]
+            .chunks_exact(dim)
+            .zip(values[half..2 * half].chunks_exact(dim))
+            .map(|(a, b)| {
+                a.iter()
+                    .zip(b)
+                    .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+                    .sum::<f64>()
+            })
+            .sum::<f64>()
+            / (rows / 2).max(1) as f64;
+        let ratio = |num: f64, den: f64| if den > 0.0 { num / den } else { 0.0 };
         Ok(Self {
             feature_norm: norms / rows.max(1) as f64,
             effective_rank: s.effective_rank,
             feature_entropy: s.entropy,
             stable_rank: s.stable_rank,
+            centred_effective_rank: centred_rank,
+            spread_ratio: ratio(spread.sqrt(), sq(&mean).sqrt()),
+            view_gap_ratio: ratio((gap / 2.0).sqrt(), spread.sqrt()),
         })
     }
 }

@@ -802,3 +802,219 @@ fn invalid_manifold_settings_are_clear_errors() {
     };
     assert!(simclr.validate().is_ok());
 }
+
+/// Every gradient of `module`, flattened (zeros where a parameter has none).
+fn grad_vec<M: Module<AD>>(
+    module: &M,
+    grads: &<AD as burn::tensor::backend::AutodiffBackend>::Gradients,
+) -> Vec<f64> {
+    struct Flat<'a>(
+        &'a <AD as burn::tensor::backend::AutodiffBackend>::Gradients,
+        Vec<f64>,
+    );
+    impl burn::module::ModuleVisitor<AD> for Flat<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<AD, D>>) {
+            let v = p.val();
+            match v.grad(self.0) {
+                Some(g) => self
+                    .1
+                    .extend(g.into_data().convert::<f64>().to_vec::<f64>().unwrap()),
+                None => self
+                    .1
+                    .extend(std::iter::repeat_n(0.0, v.shape().num_elements())),
+            }
+        }
+    }
+    let mut flat = Flat(grads, Vec::new());
+    module.visit(&mut flat);
+    flat.1
+}
+
+#[test]
+fn backbone_grad_scales_only_the_manifold_gradient_into_the_backbone() {
+    let device = Default::default();
+    AD::seed(&device, 9);
+    let v0 = Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v1 = v0.clone().flip([2]) * 0.8 + 0.1;
+    let with = |g: f64| {
+        manifold_model(
+            Method::ManifoldClrMlp,
+            manifoldclr::ManifoldConfig {
+                backbone_grad: g,
+                ..small_manifold()
+            },
+        )
+    };
+    // One set of weights for every setting (other tests may draw from the backend's generator
+    // between two inits).
+    let weights = with(1.0);
+    // (loss, backbone gradient, operators' gradient, InfoNCE's own backbone gradient)
+    let run = |g: f64| {
+        let model = with(g).load_record(weights.clone().into_record());
+        let step = model.step(v0.clone(), v1.clone(), 2).unwrap();
+        let loss = scalar(step.loss.clone());
+        let nce = step.loss_nce.clone();
+        let grads = step.loss.backward();
+        let backbone = grad_vec(&model.backbone, &grads);
+        let operators = grad_vec(&model.vlgo.as_ref().unwrap().operators, &grads);
+        drop(nce);
+        let again = model.step(v0.clone(), v1.clone(), 2).unwrap();
+        let nce_only = grad_vec(&model.backbone, &again.loss_nce.backward());
+        (loss, backbone, operators, nce_only)
+    };
+    let (paper, half, none) = (run(1.0), run(0.5), run(0.0));
+    let close = |a: &[f64], b: &[f64], what: &str| {
+        let scale = a.iter().chain(b).map(|v| v.abs()).fold(1e-12, f64::max);
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        assert!(worst <= 1e-4 * scale, "{what}: {worst} of {scale}");
+    };
+    // The same forward values: the loss does not depend on the setting ...
+    assert!((paper.0 - none.0).abs() <= 1e-6 * paper.0.abs());
+    assert!((paper.0 - half.0).abs() <= 1e-6 * paper.0.abs());
+    // ... nor do the operators' gradients ...
+    close(&paper.2, &none.2, "operators, 1 vs 0");
+    close(&paper.2, &half.2, "operators, 1 vs 0.5");
+    // ... but the backbone's: with 0 it is InfoNCE's alone (the KL never reaches it) ...
+    close(&none.1, &none.3, "backbone at 0 vs InfoNCE's");
+    let differ = paper
+        .1
+        .iter()
+        .zip(&none.1)
+        .any(|(a, b)| (a - b).abs() > 1e-6);
+    assert!(differ, "L_m sends no gradient into the backbone at 1");
+    // ... and it is linear in the setting: half way between 0 and 1 at 0.5.
+    let mid: Vec<f64> = paper
+        .1
+        .iter()
+        .zip(&none.1)
+        .map(|(a, b)| (a + b) / 2.0)
+        .collect();
+    close(&half.1, &mid, "backbone at 0.5 vs the mean of 0 and 1");
+    // Out of [0, 1] it is a named error.
+    for bad in [-0.1, 1.5, f64::NAN] {
+        let e = ContrastiveConfig {
+            width: 4,
+            manifold: manifoldclr::ManifoldConfig {
+                backbone_grad: bad,
+                ..small_manifold()
+            },
+            ..ContrastiveConfig::new(Method::ManifoldClrMlp)
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("backbone_grad"), "{e}");
+    }
+}
+
+#[test]
+fn a_headless_method_can_contrast_with_cosine_similarity() {
+    let device = Default::default();
+    AD::seed(&device, 10);
+    let v0 = Tensor::<AD, 4>::random([5, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v1 = v0.clone() * 0.6 + 0.3;
+    let loss_of = |similarity: Option<Similarity>| {
+        AD::seed(&device, 4);
+        let model = ContrastiveConfig {
+            width: 4,
+            in_channels: 1,
+            temperature: 0.2,
+            similarity,
+            ..ContrastiveConfig::new(Method::SimClrNone)
+        }
+        .init::<AD>(&device)
+        .unwrap();
+        let step = model.step(v0.clone(), v1.clone(), 0).unwrap();
+        let f = step.features.clone().detach();
+        (scalar(step.loss_nce), f)
+    };
+    let (cosine, f) = loss_of(Some(Similarity::Cosine));
+    let (z0, z1) = (f.clone().narrow(0, 0, 5), f.narrow(0, 5, 5));
+    let want = InfoNceConfig {
+        temperature: 0.2,
+        ..InfoNceConfig::cosine()
+    };
+    let want = scalar(info_nce(z0.clone(), z1.clone(), None, &want).unwrap());
+    assert!(
+        (cosine - want).abs() <= 1e-5 * want.abs(),
+        "{cosine} vs {want}"
+    );
+    // Unset: the method's own negative mean square, which differs (on the features of its own
+    // model: other tests may draw from the backend's generator between the two inits).
+    let (plain, f) = loss_of(None);
+    let (z0, z1) = (f.clone().narrow(0, 0, 5), f.narrow(0, 5, 5));
+    let [neg, cos] = [
+        InfoNceConfig::negative_mean_square(),
+        InfoNceConfig::cosine(),
+    ]
+    .map(|c| {
+        let c = InfoNceConfig {
+            temperature: 0.2,
+            ..c
+        };
+        scalar(info_nce(z0.clone(), z1.clone(), None, &c).unwrap())
+    });
+    assert!((plain - neg).abs() <= 1e-5 * neg.abs(), "{plain} vs {neg}");
+    assert!((neg - cos).abs() > 1e-3);
+    // Config names: `cosine`, `neg-mse` (the older `negative-mean-square` still reads).
+    for (text, want) in [
+        ("\"cosine\"", Similarity::Cosine),
+        ("\"neg-mse\"", Similarity::NegativeMeanSquare),
+        ("\"negative-mean-square\"", Similarity::NegativeMeanSquare),
+    ] {
+        let parsed: Similarity = serde_json::from_str(text).unwrap();
+        assert_eq!(parsed, want);
+    }
+}
+
+#[test]
+fn the_feature_log_separates_a_shrinking_spread_from_lost_dimensions() {
+    let log = |rows: &[Vec<f32>]| {
+        let n = rows.len();
+        let d = rows[0].len();
+        let flat: Vec<f32> = rows.concat();
+        manifoldclr::FeatureLog::of(Tensor::<B, 2>::from_data(
+            TensorData::new(flat, [n, d]),
+            &Default::default(),
+        ))
+        .unwrap()
+    };
+    // Four images (views 0 then views 1) spread along two axes around a common mean (10, 10, 0).
+    let spread = |s: f32, gap: f32| -> Vec<Vec<f32>> {
+        let base = [[s, 0.0], [-s, 0.0], [0.0, s], [0.0, -s]];
+        let row = |[a, b]: [f32; 2], e: f32| vec![10.0 + a, 10.0 + b, e];
+        let v0 = base.iter().map(|&p| row(p, gap));
+        let v1 = base.iter().map(|&p| row(p, -gap));
+        v0.chain(v1).collect()
+    };
+    let wide = log(&spread(4.0, 0.0));
+    let narrow = log(&spread(0.5, 0.0));
+    // The same two dimensions of spread, at any size: the centred rank is 2 for both ...
+    assert!((wide.centred_effective_rank - 2.0).abs() < 1e-3, "{wide:?}");
+    assert!(
+        (narrow.centred_effective_rank - 2.0).abs() < 1e-3,
+        "{narrow:?}"
+    );
+    // ... while the uncentred rank falls as the spread shrinks toward the mean.
+    assert!(
+        narrow.effective_rank < wide.effective_rank - 0.3,
+        "{narrow:?} {wide:?}"
+    );
+    let mean_norm = (200.0f64).sqrt();
+    assert!(
+        (wide.spread_ratio - 4.0 / mean_norm).abs() < 1e-6,
+        "{wide:?}"
+    );
+    assert!((narrow.spread_ratio - 0.5 / mean_norm).abs() < 1e-6);
+    // Identical views: no gap; views 2e apart on a third axis: gap e / spread.
+    assert_eq!(wide.view_gap_ratio, 0.0);
+    let gapped = log(&spread(4.0, 1.0));
+    let s = (16.0f64 + 1.0).sqrt();
+    assert!(
+        (gapped.view_gap_ratio - (4.0f64 / 2.0).sqrt() / s).abs() < 1e-6,
+        "{gapped:?}"
+    );
+}

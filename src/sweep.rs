@@ -1,0 +1,306 @@
+//! `vlgo sweep`: one pre-training run per point of a grid of settings and seed, one after
+//! another, then a table (`sweep.md`) and the paper's Figure 7 form of plots (a figure against
+//! the swept value, mean and spread over seeds).
+//!
+//! The sweep's folder holds one run folder per point, named by its values and seed
+//! (`lambda=10-seed0`). Run again, a sweep skips the runs that finished (their `summary.json`
+//! has a probe), resumes those that stopped after a checkpoint, and restarts those that
+//! stopped before their first one; so an interrupted sweep continues where it stopped.
+
+use std::path::{Path, PathBuf};
+
+use manifoldclr::TrainBackend;
+
+use crate::args::set;
+use crate::compare::{RunFigures, figures};
+use crate::error::{CliError, Result};
+use crate::plot::{Band, band_chart};
+use crate::pretrain::{ImageRunConfig, data::has_checkpoint, pretrain};
+use crate::stats::mean_std;
+
+/// One swept setting: its dotted key and the values it takes, as written on the command line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Axis {
+    /// The dotted key, e.g. `pretrain.model.manifold.lambda`.
+    pub key: String,
+    /// Its values, in the given order.
+    pub values: Vec<String>,
+}
+
+impl Axis {
+    /// Parses `KEY=V1,V2,...`.
+    ///
+    /// ```
+    /// let a = vlgo::sweep::Axis::parse("pretrain.model.manifold.lambda=1,10").unwrap();
+    /// assert_eq!((a.name(), a.values.len()), ("lambda", 2));
+    /// ```
+    pub fn parse(text: &str) -> Result<Self> {
+        let bad = |why: &str| CliError::invalid("--grid", format!("{text:?}"), why);
+        let (key, values) = text
+            .split_once('=')
+            .ok_or_else(|| bad("expected KEY=V1,V2,..."))?;
+        let values: Vec<String> = values.split(',').map(|v| v.trim().to_string()).collect();
+        if key.trim().is_empty() || values.iter().any(String::is_empty) {
+            return Err(bad("expected KEY=V1,V2,... with a key and no empty value"));
+        }
+        let mut seen = values.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != values.len() {
+            return Err(bad("expected distinct values"));
+        }
+        Ok(Self {
+            key: key.trim().to_string(),
+            values,
+        })
+    }
+
+    /// The key's last part, which names folders, columns and plots.
+    pub fn name(&self) -> &str {
+        self.key.rsplit('.').next().unwrap_or(&self.key)
+    }
+}
+
+/// A sweep: the base config (with `--set` applied), its axes and seeds, and its folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    /// The settings every run starts from.
+    pub base: ImageRunConfig,
+    /// The swept settings.
+    pub axes: Vec<Axis>,
+    /// The seeds of each point (`pretrain.seed`).
+    pub seeds: Vec<u64>,
+    /// The sweep's folder.
+    pub out: PathBuf,
+}
+
+/// One run of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// The value of each axis, in the axes' order.
+    pub values: Vec<String>,
+    /// The seed.
+    pub seed: u64,
+    /// Its settings, validated.
+    pub config: ImageRunConfig,
+    /// Its run folder.
+    pub dir: PathBuf,
+}
+
+impl Sweep {
+    /// The default folder: `runs/<config name>-sweep-<axis names joined by '-'>`.
+    pub fn default_out(config_path: &Path, axes: &[Axis]) -> PathBuf {
+        let stem = config_path
+            .file_stem()
+            .map_or("run".into(), |s| s.to_string_lossy());
+        let names: Vec<&str> = axes.iter().map(Axis::name).collect();
+        PathBuf::from("runs").join(format!("{stem}-sweep-{}", names.join("-")))
+    }
+
+    /// Every run of the grid (the last axis varying fastest, seeds innermost), each config
+    /// built and validated: a bad key or value is an error before any run starts.
+    pub fn points(&self) -> Result<Vec<Point>> {
+        if self.axes.is_empty() {
+            return Err(CliError::invalid(
+                "sweep",
+                "no --grid",
+                "at least one --grid KEY=V1,V2,...",
+            ));
+        }
+        if self.seeds.is_empty() {
+            return Err(CliError::invalid("--seeds", "none", "at least one seed"));
+        }
+        let mut combos: Vec<Vec<String>> = vec![Vec::new()];
+        for axis in &self.axes {
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    axis.values.iter().map(move |v| {
+                        let mut c = c.clone();
+                        c.push(v.clone());
+                        c
+                    })
+                })
+                .collect();
+        }
+        let mut points = Vec::new();
+        for values in combos {
+            for &seed in &self.seeds {
+                let mut config = self.base.clone();
+                for (axis, v) in self.axes.iter().zip(&values) {
+                    config = set(&config, &format!("{}={v}", axis.key))?;
+                }
+                config = set(&config, &format!("pretrain.seed={seed}"))?;
+                config.validate()?;
+                let label: Vec<String> = self
+                    .axes
+                    .iter()
+                    .zip(&values)
+                    .map(|(a, v)| format!("{}={v}", a.name()))
+                    .collect();
+                let dir = self
+                    .out
+                    .join(format!("{}-seed{seed}", label.join(",")).replace('/', "_"));
+                points.push(Point {
+                    values: values.clone(),
+                    seed,
+                    config,
+                    dir,
+                });
+            }
+        }
+        Ok(points)
+    }
+
+    /// Runs what is not finished, then writes `sweep.md` and the plots; returns the table.
+    pub fn run<B: TrainBackend>(&self, device: &B::Device) -> Result<String> {
+        let points = self.points()?;
+        std::fs::create_dir_all(&self.out).map_err(CliError::io(&self.out))?;
+        for (i, p) in points.iter().enumerate() {
+            let tag = format!("[{}/{}] {}", i + 1, points.len(), p.dir.display());
+            match finished(&p.dir) {
+                true => eprintln!("{tag}: finished, skipped"),
+                false => {
+                    let resume = has_checkpoint(&p.dir.join("checkpoints"));
+                    if !resume && p.dir.exists() {
+                        // Stopped before its first checkpoint: nothing to continue from.
+                        std::fs::remove_dir_all(&p.dir).map_err(CliError::io(&p.dir))?;
+                    }
+                    eprintln!("{tag}: {}", if resume { "resuming" } else { "starting" });
+                    pretrain::<B>(&p.config, &p.dir, resume, device)?;
+                }
+            }
+        }
+        let rows = points
+            .iter()
+            .map(|p| Ok((p.values.clone(), figures(&p.dir)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let text = self.table(&rows);
+        let path = self.out.join("sweep.md");
+        std::fs::write(&path, &text).map_err(CliError::io(&path))?;
+        self.plots(&rows)?;
+        Ok(text)
+    }
+
+    /// The markdown table: one row per grid point, mean ± sample standard deviation over its
+    /// seeds.
+    pub fn table(&self, rows: &[(Vec<String>, RunFigures)]) -> String {
+        let names: Vec<&str> = self.axes.iter().map(Axis::name).collect();
+        let mut out = format!(
+            "| {} | method | seeds | pre-training s (slowest) | probe top-1 | kNN top-1 | \
+             effective rank | min step rank (2nd half) | max DI (2nd half) |\n|{}\n",
+            names.join(" | "),
+            "---|".repeat(names.len() + 8)
+        );
+        for (values, group) in groups(rows) {
+            let of = |f: fn(&RunFigures) -> f64| {
+                mean_std(&group.iter().map(|r| f(r)).collect::<Vec<_>>())
+            };
+            let secs = group.iter().map(|r| r.train_seconds).fold(0.0, f64::max);
+            let ((p, ps), (k, ks), (e, es)) =
+                (of(|r| r.probe), of(|r| r.knn), of(|r| r.effective_rank));
+            let opt = |v: Option<f64>, d: usize| v.map_or("-".into(), |v| format!("{v:.d$}"));
+            let min_rank = group
+                .iter()
+                .filter_map(|r| r.min_step_rank)
+                .reduce(f64::min);
+            let max_di = group.iter().filter_map(|r| r.max_late_di).reduce(f64::max);
+            out += &format!(
+                "| {} | `{}` | {} | {secs:.0} | {p:.2} ± {ps:.2} | {k:.2} ± {ks:.2} | \
+                 {e:.1} ± {es:.1} | {} | {} |\n",
+                values.join(" | "),
+                group[0].method,
+                group.len(),
+                opt(min_rank, 1),
+                opt(max_di, 3),
+            );
+        }
+        out
+    }
+
+    /// `plots/<metric>_vs_<axis>.png` for the probe, kNN and effective rank against each axis:
+    /// one band (mean ± standard deviation over seeds) per combination of the other axes'
+    /// values. Values that are not all numbers are placed at their positions 0, 1, 2, ...
+    fn plots(&self, rows: &[(Vec<String>, RunFigures)]) -> Result<()> {
+        let dir = self.out.join("plots");
+        std::fs::create_dir_all(&dir).map_err(CliError::io(&dir))?;
+        let metrics: [(&str, &str, fn(&RunFigures) -> f64); 3] = [
+            ("probe_top1", "linear probe top-1 (%)", |r| r.probe),
+            ("knn_top1", "kNN top-1 (%)", |r| r.knn),
+            ("effective_rank", "effective rank", |r| r.effective_rank),
+        ];
+        let grouped = groups(rows);
+        for (a, axis) in self.axes.iter().enumerate() {
+            let numeric: Option<Vec<f64>> =
+                axis.values.iter().map(|v| v.parse::<f64>().ok()).collect();
+            let x_of = |v: &str| -> f64 {
+                let i = axis.values.iter().position(|w| w == v).unwrap_or(0);
+                numeric.as_ref().map_or(i as f64, |xs| xs[i])
+            };
+            for (file, label, metric) in metrics {
+                // One band per combination of the other axes.
+                let mut bands: Vec<(String, Vec<(f64, f64, f64)>)> = Vec::new();
+                for (values, group) in &grouped {
+                    let others: Vec<String> = self
+                        .axes
+                        .iter()
+                        .zip(values)
+                        .enumerate()
+                        .filter(|(j, _)| *j != a)
+                        .map(|(_, (ax, v))| format!("{}={v}", ax.name()))
+                        .collect();
+                    let name = match others.is_empty() {
+                        true => "mean ± std over seeds".to_string(),
+                        false => others.join(", "),
+                    };
+                    let (m, s) = mean_std(&group.iter().map(|r| metric(r)).collect::<Vec<_>>());
+                    let point = (x_of(&values[a]), m, s);
+                    match bands.iter_mut().find(|(n, _)| *n == name) {
+                        Some((_, pts)) => pts.push(point),
+                        None => bands.push((name, vec![point])),
+                    }
+                }
+                let bands: Vec<Band> = bands
+                    .iter()
+                    .map(|(name, pts)| {
+                        let mut points = pts.clone();
+                        points.sort_by(|p, q| p.0.total_cmp(&q.0));
+                        Band { name, points }
+                    })
+                    .collect();
+                let x_label = match numeric {
+                    Some(_) => axis.name().to_string(),
+                    None => format!("{} ({})", axis.name(), axis.values.join(", ")),
+                };
+                band_chart(
+                    &dir.join(format!("{file}_vs_{}.png", axis.name())),
+                    &format!("{label} against {}", axis.name()),
+                    &x_label,
+                    label,
+                    &bands,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The rows grouped by grid point, in their order of appearance.
+fn groups(rows: &[(Vec<String>, RunFigures)]) -> Vec<(Vec<String>, Vec<&RunFigures>)> {
+    let mut out: Vec<(Vec<String>, Vec<&RunFigures>)> = Vec::new();
+    for (values, f) in rows {
+        match out.iter_mut().find(|(v, _)| v == values) {
+            Some((_, g)) => g.push(f),
+            None => out.push((values.clone(), vec![f])),
+        }
+    }
+    out
+}
+
+/// Whether a run folder holds a finished, evaluated run.
+fn finished(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v.pointer("/linear_probe/top1").is_some())
+}
