@@ -224,11 +224,6 @@ impl Sweep {
     fn plots(&self, rows: &[(Vec<String>, RunFigures)]) -> Result<()> {
         let dir = self.out.join("plots");
         std::fs::create_dir_all(&dir).map_err(CliError::io(&dir))?;
-        let metrics: [(&str, &str, fn(&RunFigures) -> f64); 3] = [
-            ("probe_top1", "linear probe top-1 (%)", |r| r.probe),
-            ("knn_top1", "kNN top-1 (%)", |r| r.knn),
-            ("effective_rank", "effective rank", |r| r.effective_rank),
-        ];
         let grouped = groups(rows);
         for (a, axis) in self.axes.iter().enumerate() {
             let numeric: Option<Vec<f64>> =
@@ -237,9 +232,9 @@ impl Sweep {
                 let i = axis.values.iter().position(|w| w == v).unwrap_or(0);
                 numeric.as_ref().map_or(i as f64, |xs| xs[i])
             };
-            for (file, label, metric) in metrics {
+            for (file, label, metric) in METRICS {
                 // One band per combination of the other axes.
-                let mut bands: Vec<(String, Vec<(f64, f64, f64)>)> = Vec::new();
+                let mut bands: Vec<(String, Vec<MeanStd>)> = Vec::new();
                 for (values, group) in &grouped {
                     let others: Vec<String> = self
                         .axes
@@ -284,6 +279,19 @@ impl Sweep {
         Ok(())
     }
 }
+
+/// (x, mean, standard deviation) of one plotted point.
+type MeanStd = (f64, f64, f64);
+
+/// A plotted figure: file stem, axis label, and how to read it from a run.
+type Metric = (&'static str, &'static str, fn(&RunFigures) -> f64);
+
+/// The figures plotted against each swept setting (the paper's Figure 7 form).
+const METRICS: [Metric; 3] = [
+    ("probe_top1", "linear probe top-1 (%)", |r| r.probe),
+    ("knn_top1", "kNN top-1 (%)", |r| r.knn),
+    ("effective_rank", "effective rank", |r| r.effective_rank),
+];
 
 /// The rows grouped by grid point, in their order of appearance.
 fn groups(rows: &[(Vec<String>, RunFigures)]) -> Vec<(Vec<String>, Vec<&RunFigures>)> {
