@@ -246,15 +246,7 @@ fn parse_pretrain(args: &[String]) -> Result<Command> {
             }
         }
     }
-    let path = config_path
-        .ok_or_else(|| CliError::invalid("--config", "nothing", "a config file to train with"))?;
-    let mut config = ImageRunConfig::load(&path)?;
-    for s in &sets {
-        config = set(&config, s)?;
-    }
-    if data_dir.is_some() {
-        config.data_dir = data_dir;
-    }
+    let (path, config) = image_config(config_path, "a config file to train with", &sets, data_dir)?;
     config.validate()?;
     let out = match (out, resume) {
         (Some(out), _) => out,
@@ -307,15 +299,7 @@ fn parse_sweep(args: &[String]) -> Result<Command> {
             }
         }
     }
-    let path = config_path
-        .ok_or_else(|| CliError::invalid("--config", "nothing", "a config file to sweep"))?;
-    let mut base = ImageRunConfig::load(&path)?;
-    for s in &sets {
-        base = set(&base, s)?;
-    }
-    if data_dir.is_some() {
-        base.data_dir = data_dir;
-    }
+    let (path, base) = image_config(config_path, "a config file to sweep", &sets, data_dir)?;
     let sweep = crate::sweep::Sweep {
         seeds: seeds.unwrap_or_else(|| vec![base.pretrain.seed]),
         out: out.unwrap_or_else(|| crate::sweep::Sweep::default_out(&path, &axes)),
@@ -325,6 +309,25 @@ fn parse_sweep(args: &[String]) -> Result<Command> {
     // Every run's settings are checked here, before any run starts.
     sweep.points()?;
     Ok(Command::Sweep(Box::new(sweep)))
+}
+
+/// The image-run config of `--config` (`what` says why one is needed when it is missing), with
+/// the `--set` overrides and `--data-dir` applied; not yet validated.
+fn image_config(
+    path: Option<PathBuf>,
+    what: &str,
+    sets: &[String],
+    data_dir: Option<PathBuf>,
+) -> Result<(PathBuf, ImageRunConfig)> {
+    let path = path.ok_or_else(|| CliError::invalid("--config", "nothing", what))?;
+    let mut config = ImageRunConfig::load(&path)?;
+    for s in sets {
+        config = set(&config, s)?;
+    }
+    if data_dir.is_some() {
+        config.data_dir = data_dir;
+    }
+    Ok((path, config))
 }
 
 /// Applies one `key=value` override (a dotted key reaches into tables; the value is read as TOML,

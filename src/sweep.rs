@@ -155,6 +155,18 @@ impl Sweep {
     /// Runs what is not finished, then writes `sweep.md` and the plots; returns the table.
     pub fn run<B: TrainBackend>(&self, device: &B::Device) -> Result<String> {
         let points = self.points()?;
+        // A folder left by a sweep with other settings would be skipped or resumed as if it
+        // were this one's: refuse before any run starts.
+        for p in &points {
+            if !same_settings(&p.dir, &p.config)? {
+                return Err(CliError::invalid(
+                    "sweep folder",
+                    p.dir.display(),
+                    "a run of this sweep's settings (it holds a run with other settings: \
+                     choose another --out)",
+                ));
+            }
+        }
         std::fs::create_dir_all(&self.out).map_err(CliError::io(&self.out))?;
         for (i, p) in points.iter().enumerate() {
             let tag = format!("[{}/{}] {}", i + 1, points.len(), p.dir.display());
@@ -303,6 +315,20 @@ fn groups(rows: &[(Vec<String>, RunFigures)]) -> Vec<(Vec<String>, Vec<&RunFigur
         }
     }
     out
+}
+
+/// Whether a run folder is new or holds a run of `config` (the data folder compared only when
+/// `config` names one: a run records the folder it resolved).
+fn same_settings(dir: &Path, config: &ImageRunConfig) -> Result<bool> {
+    let path = dir.join("config.toml");
+    if !path.is_file() {
+        return Ok(true);
+    }
+    let mut stored = ImageRunConfig::load(&path)?;
+    if config.data_dir.is_none() {
+        stored.data_dir = None;
+    }
+    Ok(stored == *config)
 }
 
 /// Whether a run folder holds a finished, evaluated run.

@@ -1008,6 +1008,15 @@ fn sweep_runs_a_grid_resumes_and_writes_its_table_and_plots() {
     for n in names {
         assert!(out.join(n).join("summary.json").is_file(), "{n}");
     }
+    // Other settings into the same folder: refused, nothing touched.
+    let other = run(&["--out", &out_s, "--set", "pretrain.epochs=2"]);
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(2), "{err}");
+    assert!(err.contains("other settings"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().modified().unwrap(),
+        before
+    );
     // A bad key or value is a named error before any run starts.
     let fresh = dir.join("never");
     let fresh_s = fresh.display().to_string();

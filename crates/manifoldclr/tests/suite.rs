@@ -847,10 +847,15 @@ fn backbone_grad_scales_only_the_manifold_gradient_into_the_backbone() {
     };
     // One set of weights for every setting (other tests may draw from the backend's generator
     // between two inits).
-    let weights = with(1.0);
+    // Bytes, not a record: every model gets buffers of its own.
+    let recorder = burn::record::BinBytesRecorder::<burn::record::FullPrecisionSettings>::new();
+    let weights =
+        burn::record::Recorder::<AD>::record(&recorder, with(1.0).into_record(), ()).unwrap();
     // (loss, backbone gradient, operators' gradient, InfoNCE's own backbone gradient)
     let run = |g: f64| {
-        let model = with(g).load_record(weights.clone().into_record());
+        let record =
+            burn::record::Recorder::<AD>::load(&recorder, weights.clone(), &device).unwrap();
+        let model = with(g).load_record(record);
         let step = model.step(v0.clone(), v1.clone(), 2).unwrap();
         let loss = scalar(step.loss.clone());
         let nce = step.loss_nce.clone();
@@ -863,6 +868,15 @@ fn backbone_grad_scales_only_the_manifold_gradient_into_the_backbone() {
         (loss, backbone, operators, nce_only)
     };
     let (paper, half, none) = (run(1.0), run(0.5), run(0.0));
+    // Models loaded from one record's clone shared its buffers, and under parallel tests a
+    // later model's loss differed from the first's; from bytes, the same setting repeats.
+    let again = run(1.0);
+    assert!(
+        (again.0 - paper.0).abs() <= 1e-5 * paper.0.abs(),
+        "the same setting twice: {} vs {}",
+        again.0,
+        paper.0
+    );
     let close = |a: &[f64], b: &[f64], what: &str| {
         let scale = a.iter().chain(b).map(|v| v.abs()).fold(1e-12, f64::max);
         let worst = a
@@ -873,8 +887,15 @@ fn backbone_grad_scales_only_the_manifold_gradient_into_the_backbone() {
         assert!(worst <= 1e-4 * scale, "{what}: {worst} of {scale}");
     };
     // The same forward values: the loss does not depend on the setting ...
-    assert!((paper.0 - none.0).abs() <= 1e-6 * paper.0.abs());
-    assert!((paper.0 - half.0).abs() <= 1e-6 * paper.0.abs());
+    // (Up to float reordering: the CPU backends' reductions may split differently under load.)
+    for (other, g) in [(none.0, 0.0), (half.0, 0.5)] {
+        let diff = (paper.0 - other).abs();
+        assert!(
+            diff <= 1e-5 * paper.0.abs(),
+            "loss at {g}: {other} vs {}",
+            paper.0
+        );
+    }
     // ... nor do the operators' gradients ...
     close(&paper.2, &none.2, "operators, 1 vs 0");
     close(&paper.2, &half.2, "operators, 1 vs 0.5");
