@@ -138,7 +138,8 @@ pub fn table(runs: &[RunFigures]) -> String {
 }
 
 /// Welch's t-test of each method's probe top-1 against the first method's (the first to
-/// appear), one line each, where both have at least two seeds.
+/// appear), one line each, where both have at least two seeds and some spread (the test is
+/// undefined otherwise, and the line is left out).
 pub fn welch_lines(runs: &[RunFigures]) -> String {
     let mut order: Vec<&str> = Vec::new();
     for r in runs {

@@ -7,6 +7,7 @@
 //! has a probe), resumes those that stopped after a checkpoint, and restarts those that
 //! stopped before their first one; so an interrupted sweep continues where it stopped.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use manifoldclr::TrainBackend;
@@ -110,6 +111,30 @@ impl Sweep {
         if self.seeds.is_empty() {
             return Err(CliError::invalid("--seeds", "none", "at least one seed"));
         }
+        let distinct = |xs: Vec<String>| xs.len() == xs.iter().collect::<HashSet<_>>().len();
+        if !distinct(self.seeds.iter().map(u64::to_string).collect()) {
+            return Err(CliError::invalid(
+                "--seeds",
+                format!("{:?}", self.seeds),
+                "distinct seeds",
+            ));
+        }
+        // Names label folders, columns and plots: two axes may not share one.
+        if !distinct(self.axes.iter().map(|a| a.name().to_string()).collect()) {
+            let keys: Vec<&str> = self.axes.iter().map(|a| a.key.as_str()).collect();
+            return Err(CliError::invalid(
+                "--grid",
+                keys.join(", "),
+                "settings whose last names differ (each names its folders, columns and plots)",
+            ));
+        }
+        if let Some(a) = self.axes.iter().find(|a| a.key == "pretrain.seed") {
+            return Err(CliError::invalid(
+                "--grid",
+                &a.key,
+                "another setting (seeds are swept with --seeds)",
+            ));
+        }
         let mut combos: Vec<Vec<String>> = vec![Vec::new()];
         for axis in &self.axes {
             combos = combos
@@ -148,6 +173,14 @@ impl Sweep {
                     dir,
                 });
             }
+        }
+        let mut dirs = HashSet::new();
+        if let Some(p) = points.iter().find(|p| !dirs.insert(p.dir.clone())) {
+            return Err(CliError::invalid(
+                "--grid",
+                p.dir.display(),
+                "values that name distinct run folders ('/' is written '_')",
+            ));
         }
         Ok(points)
     }
@@ -336,5 +369,9 @@ fn finished(dir: &Path) -> bool {
     std::fs::read_to_string(dir.join("summary.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|v| v.pointer("/linear_probe/top1").is_some())
+        .is_some_and(|v| {
+            v.pointer("/linear_probe/top1")
+                .and_then(|t| t.as_f64())
+                .is_some()
+        })
 }

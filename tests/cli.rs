@@ -1027,6 +1027,7 @@ fn sweep_runs_a_grid_resumes_and_writes_its_table_and_plots() {
         ),
         ("pretrain.model.temperature=0.1,-1", &["temperature"][..]),
         ("pretrain.model.temperature", &["--grid", "KEY=V1,V2"][..]),
+        ("pretrain.seed=1,2", &["--grid", "--seeds"][..]),
     ] {
         let mut a = args(&["--out", &fresh_s]);
         a[6] = grid.to_string();
@@ -1069,6 +1070,12 @@ fn welch_matches_scipy() {
         close(w.df, "welch_df");
         close(w.p_two_sided, "welch_p_two_sided");
     }
+    // Unequal sizes (3 against 5), by hand: variances 1 and 10, so se^2 = 1/3 + 2,
+    // t = -4 / sqrt(7/3), df = (7/3)^2 / ((1/3)^2 / 2 + 2^2 / 4) = 49/9 / (19/18) = 98/19.
+    let w = vlgo::stats::welch(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap();
+    assert!((w.t + 4.0 / (7.0f64 / 3.0).sqrt()).abs() < 1e-12, "{w:?}");
+    assert!((w.df - 98.0 / 19.0).abs() < 1e-12, "{w:?}");
+    assert!(w.p_two_sided > 0.01 && w.p_two_sided < 0.1, "{w:?}");
     assert!(vlgo::stats::welch(&[1.0], &[2.0, 3.0]).is_none());
     assert!(vlgo::stats::welch(&[1.0, 1.0], &[2.0, 2.0]).is_none());
 }

@@ -4,7 +4,7 @@
 //! A ManifoldCLR step takes the backbone features z0, z1 of a batch's two views and
 //! - trains the operators, encoder and prior with L_m + beta KL (the encoder sees detached
 //!   features; L_m trains the backbone through z0, and through z1 too without the stop-gradient:
-//!   ablation S1);
+//!   ablation S1; `backbone_grad` scales that gradient, 0 stops it);
 //! - augments z0 with one thresholded sample of the prior, z0~ = T(c~) z0, c~ ~ p(c | sg(z0))
 //!   (the fixed prior with ablation S4; no augmentation with S2);
 //! - contrasts (z0~, z1) with InfoNCE: through the head (h(z0~) its own pass, h(z1) from the
@@ -76,7 +76,8 @@ pub struct ManifoldConfig {
     /// the backbone through z0, and through z1 with S1); 0 lets L_m train only the operators,
     /// encoder and prior, the backbone learning from InfoNCE on the moved features alone. The
     /// forward values, and so L_m, DI and every other logged figure, do not depend on it.
-    /// The shipped Fashion-MNIST CPU configs use 0 (`docs/manifoldclr.md`, "The collapse").
+    /// The shipped Fashion-MNIST `manifoldclr-mlp` CPU config uses 0 (`docs/manifoldclr.md`,
+    /// "The collapse").
     pub backbone_grad: f64,
 }
 

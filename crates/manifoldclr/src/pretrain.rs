@@ -210,7 +210,8 @@ pub struct FeatureLog {
 }
 
 impl FeatureLog {
-    /// The figures of a [rows, dim] feature batch.
+    /// The figures of a [rows, dim] feature batch of both views: the B view-0 rows first, then
+    /// the B view-1 rows (`view_gap_ratio` pairs row b with row B + b; 0 when rows is odd).
     pub fn of<B: Backend>(features: Tensor<B, 2>) -> Result<Self> {
         let [rows, dim] = features.dims();
         let values = features
@@ -259,7 +260,8 @@ impl FeatureLog {
             true => spectrum(&centred, dim)?.effective_rank,
             false => 0.0,
         };
-        let half = rows / 2 * dim;
+        // Without a view-1 row for every view-0 row there are no pairs (logged as 0).
+        let half = if rows % 2 == 0 { rows / 2 * dim } else { 0 };
         let gap = values[..half]
             .chunks_exact(dim)
             .zip(values[half..2 * half].chunks_exact(dim))

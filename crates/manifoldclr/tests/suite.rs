@@ -1030,7 +1030,8 @@ fn the_feature_log_separates_a_shrinking_spread_from_lost_dimensions() {
         "{wide:?}"
     );
     assert!((narrow.spread_ratio - 0.5 / mean_norm).abs() < 1e-6);
-    // Identical views: no gap; views 2e apart on a third axis: gap e / spread.
+    // Identical views: no gap; views 2e apart on a third axis: sqrt(4 e^2 / 2) over the spread
+    // sqrt(s^2 + e^2).
     assert_eq!(wide.view_gap_ratio, 0.0);
     let gapped = log(&spread(4.0, 1.0));
     let s = (16.0f64 + 1.0).sqrt();
