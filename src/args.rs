@@ -1,4 +1,4 @@
-//! Command-line arguments of `vlgo` (`interfaces.md`).
+//! Command-line arguments of `vlgo` (`vlgo --help`).
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! Run folders: `config.toml`, `metrics.jsonl`, `summary.json`, `plots/` (`interfaces.md`).
+//! Run folders: `config.toml`, `metrics.jsonl`, `summary.json`, `plots/` (`docs/pretrain.md`).
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};

@@ -1,6 +1,6 @@
 //! `vlgo identity`, `vlgo coefficients`, `vlgo neighbours` and `vlgo paths`: what the operators
 //! and the learned prior of a trained ManifoldCLR run do to test features, written into the run
-//! folder (`interfaces.md`).
+//! folder (`docs/manifoldclr.md`).
 //!
 //! Every command opens the run's last checkpoint with the settings of its `config.toml`; its
 //! `[diagnostics]` table (defaults when absent, see [`DiagnosticsConfig`]) sets how many images,

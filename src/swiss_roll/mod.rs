@@ -1,6 +1,6 @@
 //! The paper's synthetic experiment (its Figure 2): operators learned on a swiss roll with exact
 //! sparse inference (FISTA) against variational inference (VLGO), compared on error, sparsity,
-//! operators used and training time. `protocols.md` ("Synthetic experiment") gives the setting;
+//! operators used and training time. The paper's synthetic experiment gives the setting;
 //! `docs/swiss-roll.md` the choices and results.
 
 mod config;

@@ -33,7 +33,7 @@ pub(super) fn metrics_line(method: Method, m: &EpochMetrics, batches: usize) -> 
     line
 }
 
-/// `summary.json` figures of one method (`interfaces.md`).
+/// `summary.json` figures of one method (`docs/swiss-roll.md`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MethodSummary {
     /// Mean ||x' - T(c) x||^2 over the last epoch.

@@ -1,4 +1,4 @@
-//! The 3-D swiss roll of the paper's synthetic experiment (`protocols.md`).
+//! The 3-D swiss roll of the paper's synthetic experiment (`docs/swiss-roll.md`).
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};

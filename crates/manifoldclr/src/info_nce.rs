@@ -1,5 +1,5 @@
-//! InfoNCE (NT-Xent) in the two variants of the design (`math.md` section 5), computed with
-//! log-sum-exp.
+//! InfoNCE (NT-Xent) in the two variants of the paper (with and without a projection
+//! head), computed with log-sum-exp.
 //!
 //! Both views' rows are anchors; the candidates of an anchor are all 2B rows (and any extra
 //! negative rows); an anchor's positive is the other view of its image. Per anchor,

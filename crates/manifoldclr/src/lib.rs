@@ -1,5 +1,5 @@
 //! ManifoldCLR: contrastive learning whose positive views are moved along learned feature
-//! manifolds by variational Lie group operators (design note `math.md`, section 5).
+//! manifolds by variational Lie group operators (`docs/manifoldclr.md`).
 //!
 //! The ResNet-18 backbone ([`ResNet18Config`]), projection heads ([`ProjectionHead`]), InfoNCE
 //! in both variants ([`info_nce()`]), and the SimCLR family and the ManifoldCLR methods behind one

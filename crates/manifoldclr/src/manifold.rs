@@ -1,4 +1,4 @@
-//! The Lie group part of the ManifoldCLR methods (`math.md` 5): settings, the VLGO model in the
+//! The Lie group part of the ManifoldCLR methods: settings, the VLGO model in the
 //! backbone's feature space, and the feature augmentation and losses of one step.
 //!
 //! A ManifoldCLR step takes the backbone features z0, z1 of a batch's two views and
@@ -25,7 +25,7 @@ use crate::error::{ClrError, Result};
 const AUGMENT_STREAM: u64 = 1 << 40;
 const MIXUP_STREAM: u64 = (1 << 40) + 1;
 
-/// Settings of the Lie group part (`protocols.md`; defaults are the paper's CIFAR-10 values
+/// Settings of the Lie group part (`docs/manifoldclr.md`; defaults are the paper's CIFAR-10 values
 /// without a threshold).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -39,7 +39,7 @@ pub struct ManifoldConfig {
     pub network_width: usize,
     /// KL weight beta.
     pub beta: f64,
-    /// Weight lambda of L_m; unset: 10 with a projection head, 1 without (`math.md` 5).
+    /// Weight lambda of L_m; unset: 10 with a projection head, 1 without (the paper).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lambda: Option<f64>,
     /// Threshold zeta of the coefficient samples (0: plain Laplace).
@@ -62,7 +62,7 @@ pub struct ManifoldConfig {
     pub shift_l2: f64,
     /// Width of the identity part of the stable initialisation (alpha).
     pub init_alpha: f64,
-    /// Width of the rotation part of the stable initialisation (beta of `math.md` 1).
+    /// Width of the rotation part of the stable initialisation (beta of the paper's initialisation).
     pub init_beta: f64,
     /// Ablation S1: no stop-gradient on z1 in L_m.
     pub no_stop_grad_z1: bool,
@@ -193,7 +193,7 @@ pub struct ManifoldStep<B: Backend> {
     pub diagnostics: ManifoldDiagnostics,
 }
 
-/// What a step's coefficients and operators look like (`math.md` 1 and 4): read back from the
+/// What a step's coefficients and operators look like: read back from the
 /// device in one transfer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ManifoldDiagnostics {

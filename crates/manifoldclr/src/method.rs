@@ -57,7 +57,7 @@ impl Method {
         Method::ManifoldDirectClr,
     ];
 
-    /// The config name (`interfaces.md`).
+    /// The config name (as configs write it).
     pub fn name(self) -> &'static str {
         match self {
             Method::SimClrMlp => "simclr-mlp",
@@ -330,7 +330,7 @@ impl<B: Backend> ContrastiveModel<B> {
     /// (which keys the step's noise and drives the prior's warm-up and best-of-J): both views
     /// through the backbone in one pass (batch-norm statistics over both), the head over the 2B
     /// features in one pass, InfoNCE on the pairs, or on the augmented pairs with the manifold
-    /// terms added (`math.md` 5).
+    /// terms added (`docs/manifoldclr.md`).
     pub fn step(
         &self,
         view0: Tensor<B, 4>,

@@ -42,7 +42,7 @@ pub struct GroupConfig {
 }
 
 impl GroupConfig {
-    /// The operators' group (`protocols.md`): lr 1e-3, weight decay 1e-3, clipping at 0.1.
+    /// The operators' group (the paper's appendix): lr 1e-3, weight decay 1e-3, clipping at 0.1.
     pub fn operators() -> Self {
         Self {
             lr: 1e-3,
@@ -233,12 +233,9 @@ impl FeatureLog {
             });
         }
         let s = spectrum(&values, dim)?;
-        let sq = |r: &[f64]| r.iter().map(|v| v * v).sum::<f64>();
-        let as_f64 = |r: &[f32]| r.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>();
-        let norms: f64 = values
-            .chunks_exact(dim)
-            .map(|r| sq(&as_f64(r)).sqrt())
-            .sum();
+        // Squared length in f64, without a copy per row (this runs every logged step).
+        let sq = |r: &[f32]| r.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
+        let norms: f64 = values.chunks_exact(dim).map(|r| sq(r).sqrt()).sum();
         let mut mean = vec![0.0f64; dim];
         for r in values.chunks_exact(dim) {
             mean.iter_mut()
@@ -250,11 +247,7 @@ impl FeatureLog {
             .chunks_exact(dim)
             .flat_map(|r| r.iter().zip(&mean).map(|(&v, m)| (f64::from(v) - m) as f32))
             .collect();
-        let spread = centred
-            .chunks_exact(dim)
-            .map(|r| sq(&as_f64(r)))
-            .sum::<f64>()
-            / rows as f64;
+        let spread = centred.chunks_exact(dim).map(sq).sum::<f64>() / rows as f64;
         // All rows equal: no spread, and so no spectrum of it.
         let centred_rank = match spread > 0.0 {
             true => spectrum(&centred, dim)?.effective_rank,
@@ -280,7 +273,10 @@ impl FeatureLog {
             feature_entropy: s.entropy,
             stable_rank: s.stable_rank,
             centred_effective_rank: centred_rank,
-            spread_ratio: ratio(spread.sqrt(), sq(&mean).sqrt()),
+            spread_ratio: ratio(
+                spread.sqrt(),
+                mean.iter().map(|m| m * m).sum::<f64>().sqrt(),
+            ),
             view_gap_ratio: ratio((gap / 2.0).sqrt(), spread.sqrt()),
         })
     }

@@ -1,4 +1,4 @@
-//! Best-of-J sample selection (design note `math.md`, section 2).
+//! Best-of-J sample selection (the paper's best-of-J training).
 
 use burn::module::Module;
 use burn::prelude::*;

@@ -1,5 +1,5 @@
-//! Laplace coefficient distributions of variational sparse coding (design note `math.md`,
-//! section 2): the reparameterised sample, both threshold variants with straight-through
+//! Laplace coefficient distributions of variational sparse coding:
+//! the reparameterised sample, both threshold variants with straight-through
 //! gradients, the Laplace-Laplace KL, the fixed prior and the prior warm-up blend.
 
 use burn::prelude::*;
@@ -30,8 +30,8 @@ impl<B: Backend> LaplaceParams<B> {
         Ok(Self { loc, log_scale })
     }
 
-    /// The fixed prior Laplace(shift, scale) broadcast to [N, M] (`math.md` 2: defaults 0.05 and
-    /// 0.01, see [`FixedPrior`]).
+    /// The fixed prior Laplace(shift, scale) broadcast to [N, M] (defaults 0.05 and 0.01, see
+    /// [`FixedPrior`]).
     pub fn fixed(prior: &FixedPrior, shape: [usize; 2], device: &B::Device) -> Self {
         Self {
             loc: Tensor::full(shape, prior.shift, device),
@@ -190,7 +190,7 @@ const LOG_SCALE_FLOOR: f64 = -80.0;
 
 /// KL(q || p) between factorised Laplace distributions, per coefficient
 /// |mu1 - mu2| / s2 + ln s2 - ln s1 - 1 + (s1 / s2) exp(-|mu1 - mu2| / s1), summed over M and
-/// averaged over the batch (`math.md` 2). Computed from log-scales so that an encoder scale that
+/// averaged over the batch. Computed from log-scales so that an encoder scale that
 /// underflows in f32 (ln s = -104.6 at the clamp) gives a finite value, not 0 * inf = NaN.
 pub fn kl_divergence<B: Backend>(q: &LaplaceParams<B>, p: &LaplaceParams<B>) -> Tensor<B, 1> {
     let [batch, _] = q.dims();

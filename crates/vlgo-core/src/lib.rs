@@ -23,7 +23,7 @@
 //! CubeCL kernels of `gpu`; everything else on the tensor-op implementation
 //! ([`expm::tensor_ops`]).
 //!
-//! # Choices where the design notes are silent
+//! # Choices where the paper is silent
 //!
 //! * f16 / bf16 are promoted to f32 and rounded once on output; f64 computes in f64 with Padé
 //!   degrees up to 13 (the oracle), and `expmv` on f64 forms exp(A) (its Taylor loop is tuned for

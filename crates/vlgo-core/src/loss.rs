@@ -1,4 +1,4 @@
-//! The manifold objective and its diagnostics (design note `math.md`, section 4).
+//! The manifold objective and its diagnostics.
 
 use burn::prelude::*;
 

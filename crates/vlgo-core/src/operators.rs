@@ -1,5 +1,5 @@
 //! Lie group operators: a dictionary of generators Psi_m and the transport
-//! T(c) z = expm(sum_m c_m Psi_m) z (design note `math.md`, section 1).
+//! T(c) z = expm(sum_m c_m Psi_m) z.
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -53,7 +53,7 @@ pub enum TransportMethod {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "init")]
 pub enum OperatorInit {
-    /// Psi[m, s] = r I + w J (`math.md` 1): bounded, cyclic paths at the start. Needs an even
+    /// Psi[m, s] = r I + w J (the paper's initialisation): bounded, cyclic paths at the start. Needs an even
     /// block size.
     #[default]
     Stable,

@@ -1,4 +1,4 @@
-//! The coefficient encoder q(c | z0, z1) (`math.md` 3).
+//! The coefficient encoder q(c | z0, z1).
 
 use burn::prelude::*;
 use vlgo_core::{FixedPrior, LaplaceParams, VlgoError};

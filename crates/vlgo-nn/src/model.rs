@@ -1,5 +1,5 @@
 //! The VLGO model: operators, coefficient encoder and an optional learned prior, with the
-//! variational training step (`math.md` 2-4).
+//! variational training step (the paper's variational Lie group operators).
 
 use burn::prelude::*;
 use vlgo_core::{
@@ -41,13 +41,13 @@ pub struct VlgoConfig {
     #[config(default = 0)]
     pub best_of_j_from: u64,
     /// Warm-up W of the learned prior in iterations (0: none): kappa = min(t / W, 1) blends it
-    /// toward the fixed prior (`math.md` 3).
+    /// toward the fixed prior.
     #[config(default = 0)]
     pub prior_warmup: u64,
     /// How the warm-up blends (the paper's form by default).
     #[config(default = "WarmupBlend::Paper")]
     pub warmup_blend: WarmupBlend,
-    /// Stop the gradient of the target z1 in L_m (`math.md` 4; false is ablation S1).
+    /// Stop the gradient of the target z1 in L_m (false is the paper's ablation S1).
     #[config(default = true)]
     pub detach_target: bool,
 }

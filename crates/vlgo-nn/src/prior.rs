@@ -1,4 +1,4 @@
-//! The learned prior p(c | z0) (`math.md` 3).
+//! The learned prior p(c | z0).
 
 use burn::prelude::*;
 use vlgo_core::{FixedPrior, LaplaceParams, VlgoError};

@@ -1,5 +1,5 @@
 //! The matrix exponential and the exponential-times-vector product, batched and differentiable
-//! (design note `expm.md`).
+//! (`docs/expm.md`).
 //!
 //! * [`expm`] / [`try_expm`]: exp(A) for a batch [N, n, n]; Padé scaling and squaring by default,
 //!   Bader-Blanes-Casas Taylor on request ([`ExpmMethod`]).
