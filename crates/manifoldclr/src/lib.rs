@@ -29,6 +29,7 @@ pub mod manifold;
 pub mod method;
 pub mod pretrain;
 pub mod schedule;
+pub mod semisup;
 
 pub use backbone::{ResNet18, ResNet18Config};
 pub use clip::clip_global_norm;
