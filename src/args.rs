@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use manifoldclr::semisup::SemisupMethod;
+
 use crate::diagnostics::Diagnostic;
 use crate::error::{CliError, Result};
 use crate::pretrain::ImageRunConfig;
@@ -22,6 +24,7 @@ commands:
   paths        ManifoldCLR runs: paths expm(t Psi_m) z of the largest generators
   compare      a markdown table of finished runs by method (mean and spread over seeds)
   sweep        pre-training runs over a grid of settings and seeds, their table and plots
+  semisup      semi-supervised classification with few labels on a run's frozen features
   demo         a tour of the core API: operators, transport, gradients
 
 swiss-roll options:
@@ -60,6 +63,17 @@ sweep options:
   --out DIR          the sweep's folder (default: runs/<config name>-sweep-<keys>);
                      run again, a sweep skips finished runs and resumes stopped ones;
                      it ends with sweep.md and plots/<metric>_vs_<key>.png
+
+semisup options:
+  --run DIR          a pre-training run folder; results go to DIR/semisup/ (an interrupted
+                     run resumes from its results.jsonl)
+  --labels K1,K2,..  labels per class, one experiment each (default 5)
+  --splits N         random label splits per experiment (default 50, the paper's)
+  --methods A,B,..   ce-only, pseudo-label, mm-ict, featmatch, vlgo (default: all; vlgo
+                     only on a run with a learned prior)
+  --iterations N     iterations per split (default 5000; FeatMatch twice as many)
+  --set KEY=VALUE    any semisup.* setting of the run's config (repeatable), e.g.
+                     --set semisup.confidence=0.7
 
   -h, --help         this text";
 
@@ -102,6 +116,8 @@ pub enum Command {
     },
     /// A grid of pre-training runs.
     Sweep(Box<crate::sweep::Sweep>),
+    /// Semi-supervised classification on a run's features.
+    Semisup(Box<crate::semisup::SemisupArgs>),
     /// A ManifoldCLR diagnostic of a run.
     Diagnose {
         /// The run folder.
@@ -143,6 +159,7 @@ pub fn parse(args: &[String]) -> Result<Command> {
         "swiss-roll" => parse_swiss_roll(rest),
         "pretrain" => parse_pretrain(rest),
         "sweep" => parse_sweep(rest),
+        "semisup" => parse_semisup(rest),
         "probe" | "knn" => Ok(Command::Evaluate {
             run: run_folder(command, rest)?,
             probe: command == "probe",
@@ -166,7 +183,7 @@ pub fn parse(args: &[String]) -> Result<Command> {
                 "command",
                 format!("{other:?}"),
                 "expected swiss-roll, pretrain, probe, knn, identity, coefficients, \
-                 neighbours, paths, compare, sweep or demo (see `vlgo --help`)",
+                 neighbours, paths, compare, sweep, semisup or demo (see `vlgo --help`)",
             )),
         },
     }
@@ -309,6 +326,68 @@ fn parse_sweep(args: &[String]) -> Result<Command> {
     // Every run's settings are checked here, before any run starts.
     sweep.points()?;
     Ok(Command::Sweep(Box::new(sweep)))
+}
+
+fn list<T>(flag: &str, text: &str, item: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
+    let items: Vec<T> = text.split(',').map(|s| item(s.trim())).collect::<Result<_>>()?;
+    match items.is_empty() {
+        true => Err(CliError::invalid(flag, "nothing", "a comma-separated list")),
+        false => Ok(items),
+    }
+}
+
+fn parse_semisup(args: &[String]) -> Result<Command> {
+    let mut run = None;
+    let (mut labels, mut splits, mut methods, mut sets) = (vec![5], 50, None, Vec::new());
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--run" => run = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--labels" => labels = list(flag, value(flag, &mut it)?, |s| number(flag, s))?,
+            "--splits" => splits = number(flag, value(flag, &mut it)?)?,
+            "--methods" => {
+                let names = value(flag, &mut it)?;
+                let parsed = list(flag, names, |s| Ok(s.parse::<SemisupMethod>()?))?;
+                if parsed.iter().collect::<std::collections::BTreeSet<_>>().len() != parsed.len() {
+                    return Err(CliError::invalid(flag, names, "each method once"));
+                }
+                methods = Some(parsed);
+            }
+            "--iterations" => {
+                let n: usize = number(flag, value(flag, &mut it)?)?;
+                sets.push(format!("semisup.iterations={n}"));
+            }
+            "--set" => sets.push(value(flag, &mut it)?.clone()),
+            other => {
+                return Err(CliError::invalid(
+                    "semisup option",
+                    format!("{other:?}"),
+                    "see `vlgo --help`",
+                ));
+            }
+        }
+    }
+    let run = run.ok_or_else(|| CliError::invalid("--run", "nothing", "a run folder"))?;
+    if splits == 0 || labels.contains(&0) {
+        return Err(CliError::invalid(
+            "--splits / --labels",
+            format!("{splits} splits of {labels:?} labels per class"),
+            "at least one split and one label per class",
+        ));
+    }
+    let mut dedup = labels.clone();
+    dedup.sort_unstable();
+    dedup.dedup();
+    if dedup.len() != labels.len() {
+        return Err(CliError::invalid("--labels", format!("{labels:?}"), "each count once"));
+    }
+    Ok(Command::Semisup(Box::new(crate::semisup::SemisupArgs {
+        run,
+        labels,
+        splits,
+        methods,
+        sets,
+    })))
 }
 
 /// The image-run config of `--config` (`what` says why one is needed when it is missing), with

@@ -13,6 +13,7 @@ pub mod plot;
 pub mod pretrain;
 pub mod progress;
 pub mod run_folder;
+pub mod semisup;
 pub mod stats;
 pub mod sweep;
 pub mod swiss_roll;

@@ -48,6 +48,12 @@ fn main() -> ExitCode {
             println!("sweep folder: {}", sweep.out.display());
             Ok(())
         }
+        Command::Semisup(args) => {
+            let summary = vlgo::semisup::run::<Autodiff<Cpu>>(&args, &Default::default())?;
+            println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
+            println!("written into {}", args.run.join("semisup").display());
+            Ok(())
+        }
         Command::Diagnose { run, what } => {
             let result = vlgo::diagnostics::run::<Autodiff<Cpu>>(&run, what, &Default::default())?;
             println!("{}", serde_json::to_string_pretty(&result).expect("json"));
@@ -63,7 +69,11 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ vlgo::CliError::Invalid { .. }) => {
+        // Bad input, whichever layer named it, exits 2; failures while working exit 1.
+        Err(
+            e @ (vlgo::CliError::Invalid { .. }
+            | vlgo::CliError::Clr(manifoldclr::ClrError::Invalid { .. })),
+        ) => {
             eprintln!("vlgo: {e}");
             ExitCode::from(2)
         }

@@ -57,3 +57,42 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
         p_two_sided: 2.0 * dist.cdf(-t.abs()),
     })
 }
+
+/// A one-sided paired t-test of mean(a - b) > 0 (SciPy's `ttest_rel(a, b,
+/// alternative='greater')`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    /// The t statistic.
+    pub t: f64,
+    /// Degrees of freedom, pairs - 1.
+    pub df: f64,
+    /// P(T >= t) under the null hypothesis of no difference.
+    pub p_greater: f64,
+}
+
+/// The paired test of `a` against `b` (pairs by position); None for fewer than two pairs,
+/// unequal lengths, or differences without spread (the statistic is undefined).
+///
+/// ```
+/// let p = vlgo::stats::paired_greater(&[2.0, 3.0, 5.0, 4.0], &[1.0, 2.5, 3.0, 3.0]).unwrap();
+/// assert_eq!(p.df, 3.0);
+/// assert!(p.t > 0.0 && p.p_greater < 0.05);
+/// ```
+pub fn paired_greater(a: &[f64], b: &[f64]) -> Option<Paired> {
+    if a.len() != b.len() || a.len() < 2 {
+        return None;
+    }
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    let (mean, sd) = mean_std(&d);
+    if sd <= 0.0 || !sd.is_finite() {
+        return None;
+    }
+    let df = (d.len() - 1) as f64;
+    let t = mean / (sd / (d.len() as f64).sqrt());
+    let dist = StudentsT::new(0.0, 1.0, df).ok()?;
+    Some(Paired {
+        t,
+        df,
+        p_greater: dist.sf(t),
+    })
+}

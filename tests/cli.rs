@@ -295,6 +295,13 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
     assert_eq!(lines.lines().filter(|l| l.contains("loss_nce")).count(), 6);
     assert_eq!(lines.lines().filter(|l| l.contains("knn_top1")).count(), 2);
 
+    // The vlgo semi-supervised method needs a learned prior: refused on a SimCLR run.
+    rejected(
+        &["semisup", "--run", &run_s, "--methods", "ce-only,vlgo"],
+        &["vlgo on a simclr-mlp run", "learned prior"],
+    );
+    assert!(!run.join("semisup").exists(), "nothing written");
+
     // probe and knn re-evaluate the checkpoint and keep the other keys; probe also re-measures
     // the baselines (spoiled here, so that only a re-measurement brings them back).
     let mut spoiled = summary.clone();
@@ -498,7 +505,108 @@ fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
         norms.windows(2).all(|w| w[0] >= w[1]),
         "largest first: {norms:?}"
     );
+    semisup_on_the_run(&run);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `vlgo semisup` on a trained ManifoldCLR fixture run: every method, the outputs, resuming
+/// without redoing a split, and bad input refused with nothing overwritten.
+fn semisup_on_the_run(run: &Path) {
+    let run_s = run.display().to_string();
+    let semisup = |extra: &[&str]| {
+        let mut args = vec![
+            "semisup",
+            "--run",
+            &run_s,
+            "--labels",
+            "1,2",
+            "--iterations",
+            "20",
+            "--set",
+            "semisup.unlabelled_batch=4",
+            "--set",
+            "semisup.hidden=32",
+            "--set",
+            "semisup.splits_at_once=2",
+        ];
+        args.extend_from_slice(extra);
+        vlgo(&args)
+    };
+    let out = semisup(&["--splits", "3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = run.join("semisup");
+    let lines = |dir: &Path| -> Vec<Value> {
+        std::fs::read_to_string(dir.join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let first = lines(&dir);
+    assert_eq!(first.len(), 2 * 3 * 5, "2 label counts x 3 splits x 5 methods");
+    for l in &first {
+        let acc = l["accuracy"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&acc), "{l}");
+        let want = if l["method"] == "featmatch" { 40 } else { 20 };
+        assert_eq!(l["iterations"], want, "{l}");
+        let has_fraction = ["pseudo-label", "featmatch", "vlgo"].contains(&l["method"].as_str().unwrap());
+        assert_eq!(l.get("confident_fraction").is_some(), has_fraction, "{l}");
+    }
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let ce = &summary["labels_1"]["ce-only"];
+    assert_eq!(ce["splits"], 3);
+    assert!(ce.get("improvement_mean").is_none());
+    let pl = &summary["labels_2"]["pseudo-label"];
+    assert!(pl["improvement_mean"].is_number() || pl["improvement_mean"].is_null());
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    for needle in ["| vlgo |", "| mm-ict |", "1 labels: accuracy", "2 labels: accuracy"] {
+        assert!(table.contains(needle), "{table}");
+    }
+    for k in [1, 2] {
+        let len = std::fs::metadata(dir.join(format!("plots/per_trial_{k}.png"))).unwrap().len();
+        assert!(len > 1000);
+    }
+    let run_summary = summary_figures_of(run);
+    assert_eq!(run_summary["semisup"], summary);
+    let cache_time = std::fs::metadata(dir.join("features.bin")).unwrap().modified().unwrap();
+
+    // A fourth split: only its 10 results are new, and the features are not embedded again.
+    let out = semisup(&["--splits", "4", "--methods", "ce-only,vlgo"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let second = lines(&dir);
+    assert_eq!(second.len(), 30 + 2 * 2);
+    assert_eq!(second[..30], first[..]);
+    assert!(second[30..].iter().all(|l| l["split"] == 3));
+    let cache_after = std::fs::metadata(dir.join("features.bin")).unwrap().modified().unwrap();
+    assert_eq!(cache_time, cache_after);
+
+    // Bad input: named errors before any work, results untouched.
+    let before = std::fs::read(dir.join("results.jsonl")).unwrap();
+    let same = [
+        "--iterations",
+        "20",
+        "--set",
+        "semisup.unlabelled_batch=4",
+        "--set",
+        "semisup.hidden=32",
+    ];
+    let mut too_many = vec!["semisup", "--run", &run_s, "--labels", "3"];
+    too_many.extend_from_slice(&same);
+    rejected(&too_many, &["labels per class", "the 2 training rows"]);
+    rejected(&["semisup", "--run", &run_s, "--methods", "fixmatch"], &["ce-only, pseudo-label"]);
+    rejected(
+        &["semisup", "--run", &run_s, "--labels", "1", "--iterations", "21"],
+        &["semisup settings", "move that folder away"],
+    );
+    let empty = run.with_file_name("no-checkpoint");
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::copy(run.join("config.toml"), empty.join("config.toml")).unwrap();
+    rejected(
+        &["semisup", "--run", &empty.display().to_string()],
+        &["checkpoint"],
+    );
+    assert_eq!(std::fs::read(dir.join("results.jsonl")).unwrap(), before);
 }
 
 #[test]
@@ -1046,7 +1154,7 @@ fn sweep_runs_a_grid_resumes_and_writes_its_table_and_plots() {
 }
 
 #[test]
-fn welch_matches_scipy() {
+fn t_tests_match_scipy() {
     let text = include_str!("data/ttest-fixtures.json");
     let fixtures: Value = serde_json::from_str(text).unwrap();
     for case in fixtures["cases"].as_array().unwrap() {
@@ -1069,7 +1177,19 @@ fn welch_matches_scipy() {
         close(w.t, "welch_t");
         close(w.df, "welch_df");
         close(w.p_two_sided, "welch_p_two_sided");
+        let p = vlgo::stats::paired_greater(&read("a"), &read("b")).unwrap();
+        close(p.t, "paired_greater_t");
+        close(p.df, "paired_df");
+        // p-values down to 1e-6 and below: the relative error is the test.
+        let want = case["paired_greater_p"].as_f64().unwrap();
+        assert!(
+            (p.p_greater - want).abs() <= 1e-6 * want,
+            "paired p: {} vs {want}",
+            p.p_greater
+        );
     }
+    assert!(vlgo::stats::paired_greater(&[1.0, 2.0], &[1.0]).is_none());
+    assert!(vlgo::stats::paired_greater(&[1.0, 2.0], &[0.0, 1.0]).is_none(), "no spread");
     // Unequal sizes (3 against 5), by hand: variances 1 and 10, so se^2 = 1/3 + 2,
     // t = -4 / sqrt(7/3), df = (7/3)^2 / ((1/3)^2 / 2 + 2^2 / 4) = 49/9 / (19/18) = 98/19.
     let w = vlgo::stats::welch(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap();

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use manifoldclr::semisup::SemisupConfig;
 use manifoldclr::{PretrainConfig, ProbeConfig};
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +47,9 @@ pub struct ImageRunConfig {
     /// Settings of `vlgo identity | coefficients | neighbours | paths`.
     #[serde(default)]
     pub diagnostics: DiagnosticsConfig,
+    /// Settings of `vlgo semisup`.
+    #[serde(default)]
+    pub semisup: SemisupConfig,
 }
 
 impl ImageRunConfig {
@@ -72,6 +76,7 @@ impl ImageRunConfig {
         }
         self.pretrain.validate()?;
         self.diagnostics.validate()?;
+        self.semisup.validate()?;
         for (name, v) in [
             ("image_size", self.image_size),
             ("knn_k", self.knn_k),

@@ -161,9 +161,8 @@ pub struct SemisupConfig {
     pub weight_decay: f64,
     /// Iterations of every method but FeatMatch.
     pub iterations: usize,
-    /// FeatMatch's iterations; twice `iterations` when absent (the paper's 10,000 to 5,000).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub featmatch_iterations: Option<usize>,
+    /// FeatMatch's iterations; 0 for twice `iterations` (the paper's 10,000 to 5,000).
+    pub featmatch_iterations: usize,
     /// Confidence threshold tau of the pseudo-labels (0.7 for TinyImageNet in the paper).
     pub confidence: f64,
     /// Decay of the weights' moving average that scores the test set.
@@ -190,7 +189,7 @@ impl Default for SemisupConfig {
             lr: 5e-4,
             weight_decay: 5e-4,
             iterations: 5000,
-            featmatch_iterations: None,
+            featmatch_iterations: 0,
             confidence: 0.95,
             ema_decay: 0.999,
             featmatch_heads: 4,
@@ -209,7 +208,6 @@ impl SemisupConfig {
             ("semisup.unlabelled_batch", self.unlabelled_batch),
             ("semisup.hidden", self.hidden),
             ("semisup.iterations", self.iterations),
-            ("semisup.featmatch_iterations", self.featmatch_iterations.unwrap_or(1)),
             ("semisup.featmatch_heads", self.featmatch_heads),
             ("semisup.splits_at_once", self.splits_at_once),
         ] {
@@ -246,7 +244,10 @@ impl SemisupConfig {
     /// Iterations of `method`.
     pub fn iterations_of(&self, method: SemisupMethod) -> usize {
         match method {
-            SemisupMethod::FeatMatch => self.featmatch_iterations.unwrap_or(2 * self.iterations),
+            SemisupMethod::FeatMatch => match self.featmatch_iterations {
+                0 => 2 * self.iterations,
+                n => n,
+            },
             _ => self.iterations,
         }
     }

@@ -106,7 +106,7 @@ fn each_method_learns_the_toy_problem() {
     let prior = PriorAugment::new(&model).unwrap();
     let config = SemisupConfig {
         iterations: 150,
-        featmatch_iterations: Some(150),
+        featmatch_iterations: 150,
         lr: 3e-3,
         confidence: 0.5,
         ema_decay: 0.9,
