@@ -74,6 +74,9 @@ semisup options:
   --iterations N     iterations per split (default 5000; FeatMatch twice as many)
   --set KEY=VALUE    any semisup.* setting of the run's config (repeatable), e.g.
                      --set semisup.confidence=0.7
+  --bench            time the trainer on synthetic 128-d features instead: one split and
+                     max(4, semisup.splits_at_once) splits at once, iterations/s per
+                     split (--iterations, default 200)
 
   -h, --help         this text";
 
@@ -337,12 +340,13 @@ fn list<T>(flag: &str, text: &str, item: impl Fn(&str) -> Result<T>) -> Result<V
 }
 
 fn parse_semisup(args: &[String]) -> Result<Command> {
-    let mut run = None;
+    let (mut run, mut bench) = (None, false);
     let (mut labels, mut splits, mut methods, mut sets) = (vec![5], 50, None, Vec::new());
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--run" => run = Some(PathBuf::from(value(flag, &mut it)?)),
+            "--bench" => bench = true,
             "--labels" => labels = list(flag, value(flag, &mut it)?, |s| number(flag, s))?,
             "--splits" => splits = number(flag, value(flag, &mut it)?)?,
             "--methods" => {
@@ -367,7 +371,11 @@ fn parse_semisup(args: &[String]) -> Result<Command> {
             }
         }
     }
-    let run = run.ok_or_else(|| CliError::invalid("--run", "nothing", "a run folder"))?;
+    let run = match (run, bench) {
+        (Some(run), _) => run,
+        (None, true) => PathBuf::new(),
+        (None, false) => return Err(CliError::invalid("--run", "nothing", "a run folder")),
+    };
     if splits == 0 || labels.contains(&0) {
         return Err(CliError::invalid(
             "--splits / --labels",
@@ -387,6 +395,7 @@ fn parse_semisup(args: &[String]) -> Result<Command> {
         splits,
         methods,
         sets,
+        bench,
     })))
 }
 

@@ -12,7 +12,22 @@ type Cpu = burn::backend::Flex;
 #[cfg(not(feature = "flex"))]
 type Cpu = burn::backend::NdArray;
 
+/// Keeps freed buffers of up to 32 MiB in the heap instead of returning them to the system.
+/// Burn's CPU backends allocate a fresh buffer for nearly every tensor operation; with glibc's
+/// defaults each large one is a new mapping that the kernel zeroes page by page, which took a
+/// third of the semi-supervised trainer's time (`docs/semisup.md`, "Speed").
+fn keep_freed_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; it is called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_TOP_PAD, 64 << 20);
+    }
+}
+
 fn main() -> ExitCode {
+    keep_freed_buffers();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = parse(&args).and_then(|command| match command {
         Command::Help => {
@@ -46,6 +61,24 @@ fn main() -> ExitCode {
         Command::Sweep(sweep) => {
             print!("{}", sweep.run::<Autodiff<Cpu>>(&Default::default())?);
             println!("sweep folder: {}", sweep.out.display());
+            Ok(())
+        }
+        Command::Semisup(args) if args.bench => {
+            let mut config = manifoldclr::semisup::SemisupConfig {
+                iterations: 200,
+                ..Default::default()
+            };
+            for s in &args.sets {
+                config = vlgo::args::set(&config, s.trim_start_matches("semisup."))?;
+            }
+            config.validate()?;
+            let iterations = config.iterations;
+            let report = vlgo::semisup::bench::bench::<Autodiff<Cpu>>(
+                &config,
+                iterations,
+                &Default::default(),
+            )?;
+            print!("{report}");
             Ok(())
         }
         Command::Semisup(args) => {

@@ -883,6 +883,15 @@ fn every_shipped_config_parses_and_validates() {
             Some(manifoldclr::Similarity::Cosine)
         );
     }
+    // The semi-supervised confidence threshold: 0.7 on TinyImageNet, the default 0.95 elsewhere.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let config = vlgo::pretrain::ImageRunConfig::load(&path).unwrap();
+            let want = if config.dataset == "tinyimagenet" { 0.7 } else { 0.95 };
+            assert_eq!(config.semisup.confidence, want, "{}", path.display());
+        }
+    }
     // The paper-text CIFAR-10 config thresholds as the paper's text and Algorithm 1 do.
     let text =
         vlgo::pretrain::ImageRunConfig::load(&dir.join("cifar10-manifoldclr-mlp-paper-text.toml"))

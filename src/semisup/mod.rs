@@ -2,6 +2,7 @@
 //! features, the learned prior's samples as feature augmentations against the baselines
 //! (`docs/semisup.md`). Everything is written into `<run>/semisup/`.
 
+pub mod bench;
 pub mod cache;
 pub mod report;
 
@@ -35,6 +36,8 @@ pub struct SemisupArgs {
     pub methods: Option<Vec<SemisupMethod>>,
     /// `--set` overrides of the run config (`semisup.*` keys), `--iterations` among them.
     pub sets: Vec<String>,
+    /// `--bench`: time the trainer on synthetic features instead (no run folder).
+    pub bench: bool,
 }
 
 /// One line of `results.jsonl`.

@@ -175,7 +175,8 @@ pub struct SemisupConfig {
     /// (seed, k, s)).
     pub seed: u64,
     /// Label splits trained at once in batched parameters (a speed setting: results do not
-    /// depend on it).
+    /// depend on it). 1 on CPU backends, where batching measured slower per split
+    /// (`docs/semisup.md`, "Speed"); more for a GPU.
     pub splits_at_once: usize,
 }
 
@@ -195,7 +196,7 @@ impl Default for SemisupConfig {
             featmatch_heads: 4,
             featmatch_dropout: 0.1,
             seed: 0,
-            splits_at_once: 10,
+            splits_at_once: 1,
         }
     }
 }
