@@ -332,7 +332,10 @@ fn parse_sweep(args: &[String]) -> Result<Command> {
 }
 
 fn list<T>(flag: &str, text: &str, item: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
-    let items: Vec<T> = text.split(',').map(|s| item(s.trim())).collect::<Result<_>>()?;
+    let items: Vec<T> = text
+        .split(',')
+        .map(|s| item(s.trim()))
+        .collect::<Result<_>>()?;
     match items.is_empty() {
         true => Err(CliError::invalid(flag, "nothing", "a comma-separated list")),
         false => Ok(items),
@@ -352,7 +355,12 @@ fn parse_semisup(args: &[String]) -> Result<Command> {
             "--methods" => {
                 let names = value(flag, &mut it)?;
                 let parsed = list(flag, names, |s| Ok(s.parse::<SemisupMethod>()?))?;
-                if parsed.iter().collect::<std::collections::BTreeSet<_>>().len() != parsed.len() {
+                if parsed
+                    .iter()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+                    != parsed.len()
+                {
                     return Err(CliError::invalid(flag, names, "each method once"));
                 }
                 methods = Some(parsed);
@@ -387,7 +395,11 @@ fn parse_semisup(args: &[String]) -> Result<Command> {
     dedup.sort_unstable();
     dedup.dedup();
     if dedup.len() != labels.len() {
-        return Err(CliError::invalid("--labels", format!("{labels:?}"), "each count once"));
+        return Err(CliError::invalid(
+            "--labels",
+            format!("{labels:?}"),
+            "each count once",
+        ));
     }
     Ok(Command::Semisup(Box::new(crate::semisup::SemisupArgs {
         run,

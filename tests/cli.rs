@@ -533,7 +533,11 @@ fn semisup_on_the_run(run: &Path) {
         vlgo(&args)
     };
     let out = semisup(&["--splits", "3"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dir = run.join("semisup");
     let lines = |dir: &Path| -> Vec<Value> {
         std::fs::read_to_string(dir.join("results.jsonl"))
@@ -543,13 +547,18 @@ fn semisup_on_the_run(run: &Path) {
             .collect()
     };
     let first = lines(&dir);
-    assert_eq!(first.len(), 2 * 3 * 5, "2 label counts x 3 splits x 5 methods");
+    assert_eq!(
+        first.len(),
+        2 * 3 * 5,
+        "2 label counts x 3 splits x 5 methods"
+    );
     for l in &first {
         let acc = l["accuracy"].as_f64().unwrap();
         assert!((0.0..=100.0).contains(&acc), "{l}");
         let want = if l["method"] == "featmatch" { 40 } else { 20 };
         assert_eq!(l["iterations"], want, "{l}");
-        let has_fraction = ["pseudo-label", "featmatch", "vlgo"].contains(&l["method"].as_str().unwrap());
+        let has_fraction =
+            ["pseudo-label", "featmatch", "vlgo"].contains(&l["method"].as_str().unwrap());
         assert_eq!(l.get("confident_fraction").is_some(), has_fraction, "{l}");
     }
     let summary: Value =
@@ -560,26 +569,48 @@ fn semisup_on_the_run(run: &Path) {
     let pl = &summary["labels_2"]["pseudo-label"];
     assert!(pl["improvement_mean"].is_number() || pl["improvement_mean"].is_null());
     let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
-    for needle in ["| vlgo |", "| mm-ict |", "1 labels: accuracy", "2 labels: accuracy"] {
+    for needle in [
+        "| vlgo |",
+        "| mm-ict |",
+        "1 labels: accuracy",
+        "2 labels: accuracy",
+    ] {
         assert!(table.contains(needle), "{table}");
     }
     for k in [1, 2] {
-        let len = std::fs::metadata(dir.join(format!("plots/per_trial_{k}.png"))).unwrap().len();
+        let len = std::fs::metadata(dir.join(format!("plots/per_trial_{k}.png")))
+            .unwrap()
+            .len();
         assert!(len > 1000);
     }
     let run_summary = summary_figures_of(run);
     assert_eq!(run_summary["semisup"], summary);
-    let cache_time = std::fs::metadata(dir.join("features.bin")).unwrap().modified().unwrap();
+    let cache_time = std::fs::metadata(dir.join("features.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
 
     // A fourth split: only its 10 results are new, and the features are not embedded again.
     let out = semisup(&["--splits", "4", "--methods", "ce-only,vlgo"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let second = lines(&dir);
     assert_eq!(second.len(), 30 + 2 * 2);
     assert_eq!(second[..30], first[..]);
     assert!(second[30..].iter().all(|l| l["split"] == 3));
-    let cache_after = std::fs::metadata(dir.join("features.bin")).unwrap().modified().unwrap();
+    let cache_after = std::fs::metadata(dir.join("features.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
     assert_eq!(cache_time, cache_after);
+    // The summary still covers every method and labels count in the folder.
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["labels_1"]["vlgo"]["splits"], 4);
+    assert_eq!(summary["labels_2"]["mm-ict"]["splits"], 3);
 
     // Bad input: named errors before any work, results untouched.
     let before = std::fs::read(dir.join("results.jsonl")).unwrap();
@@ -594,9 +625,20 @@ fn semisup_on_the_run(run: &Path) {
     let mut too_many = vec!["semisup", "--run", &run_s, "--labels", "3"];
     too_many.extend_from_slice(&same);
     rejected(&too_many, &["labels per class", "the 2 training rows"]);
-    rejected(&["semisup", "--run", &run_s, "--methods", "fixmatch"], &["ce-only, pseudo-label"]);
     rejected(
-        &["semisup", "--run", &run_s, "--labels", "1", "--iterations", "21"],
+        &["semisup", "--run", &run_s, "--methods", "fixmatch"],
+        &["ce-only, pseudo-label"],
+    );
+    rejected(
+        &[
+            "semisup",
+            "--run",
+            &run_s,
+            "--labels",
+            "1",
+            "--iterations",
+            "21",
+        ],
         &["semisup settings", "move that folder away"],
     );
     let empty = run.with_file_name("no-checkpoint");
@@ -888,7 +930,11 @@ fn every_shipped_config_parses_and_validates() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             let config = vlgo::pretrain::ImageRunConfig::load(&path).unwrap();
-            let want = if config.dataset == "tinyimagenet" { 0.7 } else { 0.95 };
+            let want = if config.dataset == "tinyimagenet" {
+                0.7
+            } else {
+                0.95
+            };
             assert_eq!(config.semisup.confidence, want, "{}", path.display());
         }
     }
@@ -1198,7 +1244,10 @@ fn t_tests_match_scipy() {
         );
     }
     assert!(vlgo::stats::paired_greater(&[1.0, 2.0], &[1.0]).is_none());
-    assert!(vlgo::stats::paired_greater(&[1.0, 2.0], &[0.0, 1.0]).is_none(), "no spread");
+    assert!(
+        vlgo::stats::paired_greater(&[1.0, 2.0], &[0.0, 1.0]).is_none(),
+        "no spread"
+    );
     // Unequal sizes (3 against 5), by hand: variances 1 and 10, so se^2 = 1/3 + 2,
     // t = -4 / sqrt(7/3), df = (7/3)^2 / ((1/3)^2 / 2 + 2^2 / 4) = 49/9 / (19/18) = 98/19.
     let w = vlgo::stats::welch(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap();

@@ -22,7 +22,12 @@ pub fn write(path: &Path, steps: u64, train: &Features, test: &Features) -> Resu
     let mut bytes = Vec::with_capacity(HEADER + 4 * (train.values.len() + test.values.len()));
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&VERSION.to_le_bytes());
-    for v in [steps, train.len() as u64, test.len() as u64, train.dim as u64] {
+    for v in [
+        steps,
+        train.len() as u64,
+        test.len() as u64,
+        train.dim as u64,
+    ] {
         bytes.extend_from_slice(&v.to_le_bytes());
     }
     for set in [train, test] {
@@ -57,7 +62,11 @@ pub fn read(path: &Path, steps: u64) -> Result<Option<(Features, Features)>> {
     if u64_at(12) != steps {
         return Ok(None);
     }
-    let (n_train, n_test, dim) = (u64_at(20) as usize, u64_at(28) as usize, u64_at(36) as usize);
+    let (n_train, n_test, dim) = (
+        u64_at(20) as usize,
+        u64_at(28) as usize,
+        u64_at(36) as usize,
+    );
     let want = HEADER + (n_train + n_test) * (4 * dim + 2);
     if bytes.len() != want {
         return Err(bad(format!(
@@ -105,7 +114,12 @@ mod tests {
         let err = read(&path, 42).unwrap_err().to_string();
         assert!(err.contains("found") && err.contains("bytes"), "{err}");
         fs::write(&path, b"not a cache").unwrap();
-        assert!(read(&path, 42).unwrap_err().to_string().contains("VLGOFEAT"));
+        assert!(
+            read(&path, 42)
+                .unwrap_err()
+                .to_string()
+                .contains("VLGOFEAT")
+        );
         assert_eq!(read(&dir.join("absent.bin"), 0).unwrap(), None);
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -167,7 +167,11 @@ pub fn run<B: TrainBackend>(args: &SemisupArgs, device: &B::Device) -> Result<se
         let path = checkpoints.join("state.json");
         let text = std::fs::read_to_string(&path).map_err(CliError::io(&path))?;
         serde_json::from_str(&text).map_err(|e| {
-            CliError::invalid("checkpoint state", path.display(), format!("valid JSON: {e}"))
+            CliError::invalid(
+                "checkpoint state",
+                path.display(),
+                format!("valid JSON: {e}"),
+            )
         })?
     };
     let folder = RunFolder::existing(&args.run)?;
@@ -197,8 +201,7 @@ pub fn run<B: TrainBackend>(args: &SemisupArgs, device: &B::Device) -> Result<se
     // The model is needed to embed (once) and for the prior.
     let cache_path = out_dir.join("features.bin");
     let cached = cache::read(&cache_path, state.steps_done as u64)?;
-    let needs_model =
-        cached.is_none() || todo.iter().any(|(_, m, _)| *m == SemisupMethod::Vlgo);
+    let needs_model = cached.is_none() || todo.iter().any(|(_, m, _)| *m == SemisupMethod::Vlgo);
     let model = match needs_model {
         true => Some(
             Pretrainer::<B>::resume(config.pretrain.clone(), &checkpoints, device)?
@@ -211,7 +214,9 @@ pub fn run<B: TrainBackend>(args: &SemisupArgs, device: &B::Device) -> Result<se
         Some((train, test)) => (train, test),
         None => {
             let data = ImageData::open(&config)?;
-            let model = model.as_ref().unwrap_or_else(|| unreachable!("loaded above"));
+            let model = model
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("loaded above"));
             eprintln!(
                 "semisup: embedding {} + {} images (cached in {})",
                 data.train.len(),
@@ -282,7 +287,19 @@ pub fn run<B: TrainBackend>(args: &SemisupArgs, device: &B::Device) -> Result<se
         }
     }
     bar.finish_and_clear();
-    let summary = report::write(&out, &done, &args.labels, &methods)?;
+    // The summary covers every result in the folder, from this call and earlier ones.
+    let all_labels: Vec<usize> = done
+        .iter()
+        .map(|r| r.labels_per_class)
+        .chain(args.labels.iter().copied())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let all_methods: Vec<SemisupMethod> = SemisupMethod::ALL
+        .into_iter()
+        .filter(|m| methods.contains(m) || done.iter().any(|r| r.method == *m))
+        .collect();
+    let summary = report::write(&out, &done, &all_labels, &all_methods)?;
     folder.update_summary("semisup", &summary)?;
     Ok(summary)
 }

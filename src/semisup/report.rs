@@ -98,11 +98,19 @@ pub fn write(
     }
     let summary = Value::Object(summary);
     out.write_json("summary.json", &summary)?;
-    std::fs::write(out.path().join("table.md"), table(&summary, labels, methods))
-        .map_err(crate::error::CliError::io(out.path().join("table.md")))?;
+    std::fs::write(
+        out.path().join("table.md"),
+        table(&summary, labels, methods),
+    )
+    .map_err(crate::error::CliError::io(out.path().join("table.md")))?;
     let plots = out.plots_dir()?;
     for &k in labels {
-        per_trial_plot(&plots.join(format!("per_trial_{k}.png")), results, k, methods)?;
+        per_trial_plot(
+            &plots.join(format!("per_trial_{k}.png")),
+            results,
+            k,
+            methods,
+        )?;
     }
     Ok(summary)
 }

@@ -76,7 +76,12 @@ impl<B: Backend> SplitMlp<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         mlp(
             x,
-            [&self.w1.val(), &self.b1.val(), &self.w2.val(), &self.b2.val()],
+            [
+                &self.w1.val(),
+                &self.b1.val(),
+                &self.w2.val(),
+                &self.b2.val(),
+            ],
             self.negative_slope,
         )
     }
@@ -122,7 +127,12 @@ impl<B: Backend> EmaMlp<B> {
         let one = |t: &Tensor<B, 3>| t.clone().narrow(0, split, 1);
         let [w1, b1, w2, b2] = &self.weights;
         let (w1, b1, w2, b2) = (one(w1), one(b1), one(w2), one(b2));
-        mlp(x.unsqueeze_dim(0), [&w1, &b1, &w2, &b2], self.negative_slope).squeeze_dim(0)
+        mlp(
+            x.unsqueeze_dim(0),
+            [&w1, &b1, &w2, &b2],
+            self.negative_slope,
+        )
+        .squeeze_dim(0)
     }
 
     /// The averaged weights `[w1, b1, w2, b2]`.
@@ -158,10 +168,7 @@ mod tests {
         let device = Default::default();
         let mut rngs = [StdRng::seed_from_u64(1), StdRng::seed_from_u64(2)];
         let mlp = SplitMlp::<B>::init(&mut rngs, [3, 5, 2], 0.01, &device);
-        let x = Tensor::<B, 3>::from_floats(
-            [[[1.0, -2.0, 0.5]], [[0.25, 1.0, -1.0]]],
-            &device,
-        );
+        let x = Tensor::<B, 3>::from_floats([[[1.0, -2.0, 0.5]], [[0.25, 1.0, -1.0]]], &device);
         let out = host(mlp.forward(x.clone()));
         // Split 1 by hand from its own weights.
         let w = |p: &Param<Tensor<B, 3>>| host(p.val().narrow(0, 1, 1));

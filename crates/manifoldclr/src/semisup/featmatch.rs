@@ -55,7 +55,7 @@ impl<B: Backend> FeatMatchAttention<B> {
     /// One module per generator in `rngs`, for d-dimensional features and `heads` heads
     /// (d must be a multiple of `heads`).
     pub fn init(rngs: &mut [StdRng], d: usize, heads: usize, device: &B::Device) -> Result<Self> {
-        if heads == 0 || d % heads != 0 {
+        if heads == 0 || !d.is_multiple_of(heads) {
             return Err(ClrError::invalid(
                 "semisup.featmatch_heads",
                 format!("{heads} heads for {d}-dimensional features"),
@@ -163,9 +163,15 @@ mod tests {
         let (xi, pi) = (x.inner(), p.inner());
         let a = valid.forward(xi.clone(), pi.clone(), None);
         assert!(a.clone().min().into_scalar() >= 0.0);
-        let x2 = Tensor::cat(vec![xi.clone().narrow(0, 0, 1), xi.narrow(0, 1, 1) * 3.0], 0);
+        let x2 = Tensor::cat(
+            vec![xi.clone().narrow(0, 0, 1), xi.narrow(0, 1, 1) * 3.0],
+            0,
+        );
         let b = valid.forward(x2, pi, None);
-        let diff = (a.narrow(0, 0, 1) - b.narrow(0, 0, 1)).abs().max().into_scalar();
+        let diff = (a.narrow(0, 0, 1) - b.narrow(0, 0, 1))
+            .abs()
+            .max()
+            .into_scalar();
         assert!(diff < 1e-6, "{diff}");
     }
 

@@ -32,13 +32,13 @@ pub fn confidence_weights(
     {
         let mut confident = Vec::new();
         for (r, row) in q.chunks_exact(classes).enumerate() {
-            let (arg, max) = row
-                .iter()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |best, (k, &p)| match p > best.1 {
-                    true => (k, p),
-                    false => best,
-                });
+            let (arg, max) =
+                row.iter()
+                    .enumerate()
+                    .fold((0, f32::NEG_INFINITY), |best, (k, &p)| match p > best.1 {
+                        true => (k, p),
+                        false => best,
+                    });
             // Compared in f32, the probabilities' own precision: 0.95 in f32 is below 0.95.
             if max >= tau as f32 {
                 confident.push(r * classes + arg);

@@ -137,7 +137,11 @@ impl FromStr for SemisupMethod {
             .find(|m| m.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::ALL.iter().map(|m| m.name()).collect();
-                ClrError::invalid("semi-supervised method", s, format!("one of {}", names.join(", ")))
+                ClrError::invalid(
+                    "semi-supervised method",
+                    s,
+                    format!("one of {}", names.join(", ")),
+                )
             })
     }
 }
@@ -281,7 +285,12 @@ impl<'a> SemisupSet<'a> {
                 "non-empty sets of one dimension and at least 2 classes",
             ));
         }
-        let high = |f: &Features| f.labels.iter().copied().find(|&l| usize::from(l) >= classes);
+        let high = |f: &Features| {
+            f.labels
+                .iter()
+                .copied()
+                .find(|&l| usize::from(l) >= classes)
+        };
         if let Some(l) = high(train).or_else(|| high(test)) {
             return Err(ClrError::invalid(
                 "label",
@@ -384,7 +393,11 @@ where
 {
     config.validate()?;
     if splits.is_empty() {
-        return Err(ClrError::invalid("label splits", "none", "at least one split"));
+        return Err(ClrError::invalid(
+            "label splits",
+            "none",
+            "at least one split",
+        ));
     }
     let prior = match (method, prior) {
         (SemisupMethod::Vlgo, None) => {
@@ -430,7 +443,12 @@ where
     }
     let bl = config.labelled_batch.min(per_class * c);
     let bu = config.unlabelled_batch;
-    let classifier = SplitMlp::init(&mut init_rngs, [d, config.hidden, c], config.negative_slope, device);
+    let classifier = SplitMlp::init(
+        &mut init_rngs,
+        [d, config.hidden, c],
+        config.negative_slope,
+        device,
+    );
     let attention = match method {
         SemisupMethod::FeatMatch => Some(FeatMatchAttention::init(
             &mut init_rngs,

@@ -147,7 +147,10 @@ mod tests {
     fn bad_splits_are_named_errors() {
         let labels = labels();
         let err = label_split(&labels, 3, 101, 0, 0).unwrap_err().to_string();
-        assert!(err.contains("101") && err.contains("100 training rows"), "{err}");
+        assert!(
+            err.contains("101") && err.contains("100 training rows"),
+            "{err}"
+        );
         assert!(label_split(&labels, 3, 0, 0, 0).is_err());
         let err = label_split(&labels, 2, 1, 0, 0).unwrap_err().to_string();
         assert!(err.contains("a class below 2"), "{err}");

@@ -93,11 +93,18 @@ fn a_split_trains_the_same_whatever_trains_beside_it() {
     assert_eq!(both[1].accuracy, alone[0].accuracy);
     for (b, a) in both_w.iter().zip(&alone_w) {
         let half = &b[b.len() / 2..];
-        let worst = half.iter().zip(a).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+        let worst = half
+            .iter()
+            .zip(a)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
         assert!(worst < 1e-5, "split 1 differs by {worst}");
     }
     // Different splits draw different labelled rows.
-    assert_ne!(both_w[0][..both_w[0].len() / 2], both_w[0][both_w[0].len() / 2..]);
+    assert_ne!(
+        both_w[0][..both_w[0].len() / 2],
+        both_w[0][both_w[0].len() / 2..]
+    );
 }
 
 #[test]
@@ -131,7 +138,10 @@ fn the_vlgo_augmentation_is_t_of_c_times_z_on_the_operators_features() {
     let prior = PriorAugment::new(&model).unwrap();
     assert_eq!((prior.coefficients(), prior.dims()), (3, 4));
     let z = Tensor::<B, 2>::from_floats(
-        [[1.0, 0.5, -0.25, 2.0, 7.0, -3.0], [0.0, 1.0, 1.0, 0.0, 1.0, 1.0]],
+        [
+            [1.0, 0.5, -0.25, 2.0, 7.0, -3.0],
+            [0.0, 1.0, 1.0, 0.0, 1.0, 1.0],
+        ],
         &device,
     );
     let c = Tensor::<B, 2>::from_floats([[0.3, -0.2, 0.5], [1.0, 0.0, -0.4]], &device);
@@ -143,7 +153,10 @@ fn the_vlgo_augmentation_is_t_of_c_times_z_on_the_operators_features() {
     for n in 0..2 {
         for i in 0..4 {
             let want: f32 = (0..4).map(|j| t[n * 16 + i * 4 + j] * zs[n * 6 + j]).sum();
-            assert!((moved[n * 6 + i] - want).abs() < 1e-5, "row {n} feature {i}");
+            assert!(
+                (moved[n * 6 + i] - want).abs() < 1e-5,
+                "row {n} feature {i}"
+            );
         }
         assert_eq!(moved[n * 6 + 4..n * 6 + 6], zs[n * 6 + 4..n * 6 + 6]);
     }
@@ -174,7 +187,10 @@ fn bad_inputs_are_named_errors() {
         .to_string()
     };
     let err = go(SemisupMethod::CeOnly, &small(), 21);
-    assert!(err.contains("labels per class") && err.contains("20 training rows"), "{err}");
+    assert!(
+        err.contains("labels per class") && err.contains("20 training rows"),
+        "{err}"
+    );
     let err = go(SemisupMethod::Vlgo, &small(), 2);
     assert!(err.contains("learned prior"), "{err}");
     let big = SemisupConfig {
@@ -193,12 +209,21 @@ fn bad_inputs_are_named_errors() {
     );
     assert!(err.contains("semisup.ema_decay"), "{err}");
     let err = "fixmatch".parse::<SemisupMethod>().unwrap_err().to_string();
-    assert!(err.contains("ce-only, pseudo-label, mm-ict, featmatch, vlgo"), "{err}");
-    assert_eq!("mm-ict".parse::<SemisupMethod>().unwrap(), SemisupMethod::MmIct);
+    assert!(
+        err.contains("ce-only, pseudo-label, mm-ict, featmatch, vlgo"),
+        "{err}"
+    );
+    assert_eq!(
+        "mm-ict".parse::<SemisupMethod>().unwrap(),
+        SemisupMethod::MmIct
+    );
     let wrong = features(10, 3);
     let narrow = Features::new(vec![0.0; 20], 2, vec![0; 10]).unwrap();
     assert!(SemisupSet::new(&wrong, &narrow, 3).is_err());
-    assert!(SemisupSet::new(&wrong, &wrong, 2).is_err(), "label 2 of 2 classes");
+    assert!(
+        SemisupSet::new(&wrong, &wrong, 2).is_err(),
+        "label 2 of 2 classes"
+    );
     let fixed = VlgoConfig::new(LieOperatorsConfig::new(3, 4))
         .with_width(8)
         .init::<B>(&Default::default())
