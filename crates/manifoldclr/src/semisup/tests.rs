@@ -56,8 +56,11 @@ fn run(
     (out, ema.weights().iter().map(host3).collect())
 }
 
+/// Operators with small rotations (init_beta 0.3): the prior network's weights come from the
+/// backend's generator, which parallel tests share, so the transports must stay mild whatever
+/// the prior draws for the toy problem to stay learnable.
 fn vlgo_model() -> Vlgo<B> {
-    VlgoConfig::new(LieOperatorsConfig::new(3, 4))
+    VlgoConfig::new(LieOperatorsConfig::new(3, 4).with_init_beta(0.3))
         .with_width(8)
         .with_learned_prior(true)
         .init::<B>(&Default::default())
