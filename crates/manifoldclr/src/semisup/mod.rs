@@ -30,7 +30,8 @@
 //! let (train, test) = (rows(40), rows(10));
 //! let set = SemisupSet::new(&train, &test, 2).unwrap();
 //! let config = SemisupConfig {
-//!     labelled_batch: 4, unlabelled_batch: 8, hidden: 16, iterations: 30,
+//!     labelled_batch: 4, unlabelled_batch: 8, hidden: 16, iterations: 60, lr: 1e-2,
+//!     ema_decay: 0.5, // a short average for a short run (the paper's is 0.999 over 5000)
 //!     ..SemisupConfig::default()
 //! };
 //! let out = train_splits::<Autodiff<NdArray>>(
