@@ -49,6 +49,9 @@ fn finite(x: f64) -> Value {
 fn entry(results: &[ResultLine], k: usize, method: SemisupMethod) -> Value {
     let mine = by_split(results, k, method);
     let accs: Vec<f64> = mine.values().copied().collect();
+    if accs.is_empty() {
+        return json!({"splits": 0});
+    }
     let (mean, std) = mean_std(&accs);
     let seconds: Vec<f64> = results
         .iter()
@@ -64,7 +67,10 @@ fn entry(results: &[ResultLine], k: usize, method: SemisupMethod) -> Value {
     let ce = by_split(results, k, SemisupMethod::CeOnly);
     if method != SemisupMethod::CeOnly && !ce.is_empty() {
         let imp = improvements(&mine, &ce);
-        let (m, s) = mean_std(&imp);
+        let (m, s) = match imp.is_empty() {
+            true => (f64::NAN, f64::NAN),
+            false => mean_std(&imp),
+        };
         v["improvement_mean"] = finite(m);
         v["improvement_std"] = finite(s);
         let (a, c) = paired(&mine, &ce);
@@ -204,5 +210,39 @@ mod tests {
         let a: BySplit = [(0, 55.0), (1, 60.0), (3, 10.0)].into();
         let ce: BySplit = [(0, 50.0), (1, 60.0), (2, 70.0)].into();
         assert_eq!(improvements(&a, &ce), vec![10.0, 0.0]);
+    }
+
+    #[test]
+    fn a_method_without_splits_is_a_dash_not_a_zero() {
+        let line = |method, split, accuracy| ResultLine {
+            labels_per_class: 5,
+            method,
+            split,
+            seed: 0,
+            accuracy,
+            iterations: 1,
+            seconds: 1.0,
+            confident_fraction: None,
+        };
+        let results = [
+            line(SemisupMethod::CeOnly, 0, 50.0),
+            line(SemisupMethod::CeOnly, 1, 60.0),
+        ];
+        assert_eq!(
+            entry(&results, 5, SemisupMethod::Vlgo),
+            json!({"splits": 0})
+        );
+        assert_eq!(
+            entry(&results, 50, SemisupMethod::CeOnly),
+            json!({"splits": 0})
+        );
+        let methods = [SemisupMethod::CeOnly, SemisupMethod::Vlgo];
+        let summary = json!({"labels_5": {
+            "ce-only": entry(&results, 5, SemisupMethod::CeOnly),
+            "vlgo": entry(&results, 5, SemisupMethod::Vlgo),
+        }});
+        let t = table(&summary, &[5], &methods);
+        assert!(t.contains("| ce-only | 55.00 ± 7.07 (2) | - | - |"), "{t}");
+        assert!(t.contains("| vlgo | - | - | - |"), "{t}");
     }
 }
