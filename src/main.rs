@@ -72,12 +72,8 @@ fn main() -> ExitCode {
                 config = vlgo::args::set(&config, s.trim_start_matches("semisup."))?;
             }
             config.validate()?;
-            let iterations = config.iterations;
-            let report = vlgo::semisup::bench::bench::<Autodiff<Cpu>>(
-                &config,
-                iterations,
-                &Default::default(),
-            )?;
+            let report =
+                vlgo::semisup::bench::bench::<Autodiff<Cpu>>(&config, &Default::default())?;
             print!("{report}");
             Ok(())
         }

@@ -236,13 +236,7 @@ impl<B: TrainBackend> ManifoldRun<B> {
         c: Tensor<B::InnerBackend, 2>,
         z: Tensor<B::InnerBackend, 2>,
     ) -> Result<Tensor<B::InnerBackend, 2>> {
-        let [_, d] = z.dims();
-        let k = self.operator_dims();
-        let moved = self.vlgo().transport(c, z.clone().narrow(1, 0, k))?;
-        Ok(match k < d {
-            true => Tensor::cat(vec![moved, z.narrow(1, k, d - k)], 1),
-            false => moved,
-        })
+        Ok(manifoldclr::semisup::transport_features(self.vlgo(), c, z)?)
     }
 
     /// Every row of `features` moved by one sample of the `kind` prior (in batches of the

@@ -63,7 +63,7 @@ use vlgo_core::ExpmBackend;
 pub use classifier::{EmaMlp, SplitMlp};
 pub use featmatch::FeatMatchAttention;
 pub use loss::{confidence_weights, mean_square_per_split, mix, weighted_cross_entropy};
-pub use prior::PriorAugment;
+pub use prior::{PriorAugment, transport_features};
 pub use splits::label_split;
 
 use crate::error::{ClrError, Result};

@@ -60,12 +60,24 @@ impl<'a, B: ExpmBackend> PriorAugment<'a, B> {
 
     /// T(c) z: the operators' features moved, the others unchanged.
     pub fn apply(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
-        let [_, d] = z.dims();
-        let k = self.dims();
-        let moved = self.vlgo.transport(c, z.clone().narrow(1, 0, k))?;
-        Ok(match k < d {
-            true => Tensor::cat(vec![moved, z.narrow(1, k, d - k)], 1),
-            false => moved,
-        })
+        transport_features(self.vlgo, c, z)
     }
+}
+
+/// T(c) z on a model's full features: the first S b (those the operators act on) moved, the
+/// others unchanged (all are moved but for the direct methods). Prior augmentation and the
+/// diagnostics of a trained run share it.
+pub fn transport_features<B: ExpmBackend>(
+    vlgo: &Vlgo<B>,
+    c: Tensor<B, 2>,
+    z: Tensor<B, 2>,
+) -> Result<Tensor<B, 2>> {
+    let [_, d] = z.dims();
+    let (s, b) = vlgo.operators.blocks();
+    let k = s * b;
+    let moved = vlgo.transport(c, z.clone().narrow(1, 0, k))?;
+    Ok(match k < d {
+        true => Tensor::cat(vec![moved, z.narrow(1, k, d - k)], 1),
+        false => moved,
+    })
 }
