@@ -4,7 +4,7 @@
 
 use burn::module::Param;
 use burn::prelude::*;
-use burn::tensor::activation::leaky_relu;
+use vlgo_core::layers::{LayerBackend, batched_linear};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -45,7 +45,7 @@ pub(crate) fn stacked<B: Backend>(
     Tensor::from_data(TensorData::new(values, [s, rows, cols]), device)
 }
 
-impl<B: Backend> SplitMlp<B> {
+impl<B: LayerBackend> SplitMlp<B> {
     /// One MLP per generator in `rngs` (each split's own), PyTorch's default initialisation.
     pub fn init(
         rngs: &mut [StdRng],
@@ -88,9 +88,13 @@ impl<B: Backend> SplitMlp<B> {
 }
 
 /// r(x) with weights `[w1, b1, w2, b2]`, for the trained and the averaged classifier alike.
-pub(crate) fn mlp<B: Backend>(x: Tensor<B, 3>, w: [&Tensor<B, 3>; 4], slope: f64) -> Tensor<B, 3> {
-    let hidden = leaky_relu(x.matmul(w[0].clone()) + w[1].clone(), slope);
-    hidden.matmul(w[2].clone()) + w[3].clone()
+pub(crate) fn mlp<B: LayerBackend>(
+    x: Tensor<B, 3>,
+    w: [&Tensor<B, 3>; 4],
+    slope: f64,
+) -> Tensor<B, 3> {
+    let hidden = batched_linear(x, w[0].clone(), w[1].clone(), Some(slope));
+    batched_linear(hidden, w[2].clone(), w[3].clone(), None)
 }
 
 /// The exponential moving average of a [`SplitMlp`]'s weights (no gradient).
@@ -100,7 +104,7 @@ pub struct EmaMlp<B: Backend> {
     negative_slope: f64,
 }
 
-impl<B: Backend> EmaMlp<B> {
+impl<B: LayerBackend> EmaMlp<B> {
     /// Starts at the classifier's current weights (given on the inner backend).
     pub fn new(weights: [Tensor<B, 3>; 4], negative_slope: f64) -> Self {
         Self {
@@ -141,7 +145,13 @@ impl<B: Backend> EmaMlp<B> {
     }
 }
 
-impl<B: burn::tensor::backend::AutodiffBackend> SplitMlp<B> {
+impl<B: burn::tensor::backend::AutodiffBackend<InnerBackend: LayerBackend>> SplitMlp<B> {
+    /// Logits [S, N, C] of inputs [S, N, d] under the current weights, outside the graph.
+    pub fn logits_without_grad(&self, x: Tensor<B::InnerBackend, 3>) -> Tensor<B::InnerBackend, 3> {
+        let [w1, b1, w2, b2] = self.inner_weights();
+        mlp(x, [&w1, &b1, &w2, &b2], self.negative_slope)
+    }
+
     /// The current weights on the inner backend, without gradient.
     pub fn inner_weights(&self) -> [Tensor<B::InnerBackend, 3>; 4] {
         [

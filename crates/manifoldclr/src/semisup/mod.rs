@@ -55,10 +55,9 @@ use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
-use burn::tensor::backend::AutodiffBackend;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use vlgo_core::ExpmBackend;
+use vlgo_core::layers::LayerBackend;
 
 pub use classifier::{EmaMlp, SplitMlp};
 pub use featmatch::FeatMatchAttention;
@@ -369,7 +368,7 @@ pub fn train_splits<B>(
     progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<SplitOutcome>>
 where
-    B: AutodiffBackend<InnerBackend: ExpmBackend>,
+    B: crate::TrainBackend,
 {
     let trained = train_with_average::<B>(
         method, config, set, per_class, splits, prior, device, progress,
@@ -390,7 +389,7 @@ fn train_with_average<B>(
     progress: &mut dyn FnMut(usize),
 ) -> Result<(Vec<SplitOutcome>, EmaMlp<B::InnerBackend>)>
 where
-    B: AutodiffBackend<InnerBackend: ExpmBackend>,
+    B: crate::TrainBackend,
 {
     config.validate()?;
     if splits.is_empty() {
@@ -484,82 +483,91 @@ where
         let xl = tensor3::<B>(xl, [s, bl, d], device);
         let xu = tensor3::<B>(xu, [s, bu, d], device);
         let yl = tensor3::<B>(yl, [s, bl, c], device);
-        let mut loss = weighted_cross_entropy(model.classifier.forward(xl.clone()), yl);
-        if method.pseudo_labels() {
-            let logits_u = model.classifier.forward(xu.clone());
-            let q = host(softmax(logits_u.clone().detach(), 2));
-            let (weights, counts) = confidence_weights(&q, s, bu, c, config.confidence);
-            for (acc, n) in confident.iter_mut().zip(&counts) {
-                *acc += *n as f64 / bu as f64;
+        // The labelled rows and the (augmented) unlabelled rows go through the classifier as
+        // one batch: one product per layer instead of a small and a large one.
+        let (logits_l, unlabelled_loss) = match method {
+            SemisupMethod::CeOnly => (model.classifier.forward(xl.clone()), None),
+            SemisupMethod::PseudoLabel | SemisupMethod::Vlgo | SemisupMethod::FeatMatch => {
+                let augmented = match method {
+                    SemisupMethod::Vlgo => {
+                        let prior = prior.unwrap_or_else(|| unreachable!("checked above"));
+                        let z = xu.clone().inner().reshape([s * bu, d]);
+                        let m = prior.coefficients();
+                        let u: Vec<f32> = states
+                            .iter_mut()
+                            .flat_map(|st| {
+                                (0..bu * m)
+                                    .map(|_| st.draws.random::<f32>() - 0.5)
+                                    .collect::<Vec<_>>()
+                            })
+                            .collect();
+                        let u = Tensor::from_data(TensorData::new(u, [s * bu, m]), device);
+                        let moved = prior.apply(prior.sample(z.clone(), u)?, z)?;
+                        Tensor::from_inner(moved.reshape([s, bu, d]))
+                    }
+                    SemisupMethod::FeatMatch => {
+                        let attention = model
+                            .attention
+                            .as_ref()
+                            .unwrap_or_else(|| unreachable!("FeatMatch builds its attention"));
+                        let h = config.featmatch_heads;
+                        let p = config.featmatch_dropout;
+                        let keep: Vec<f32> = states
+                            .iter_mut()
+                            .flat_map(|st| {
+                                splits::uniform(&mut st.draws, h * bu * bl)
+                                    .into_iter()
+                                    .map(|x| match f64::from(x) < p {
+                                        true => 0.0,
+                                        false => (1.0 / (1.0 - p)) as f32,
+                                    })
+                                    .collect::<Vec<_>>()
+                            })
+                            .collect();
+                        let keep = Tensor::from_data(TensorData::new(keep, [s, h, bu, bl]), device);
+                        attention.forward(xu.clone(), xl.clone(), Some(keep))
+                    }
+                    _ => xu.clone(),
+                };
+                let (logits_l, logits_aug) = joint(&model.classifier, xl.clone(), augmented);
+                // q from the current classifier on the plain unlabelled features, no gradient.
+                let q = match method {
+                    SemisupMethod::PseudoLabel => logits_aug.clone().detach().inner(),
+                    _ => model.classifier.logits_without_grad(xu.clone().inner()),
+                };
+                let q = host(softmax(q, 2));
+                let (weights, counts) = confidence_weights(&q, s, bu, c, config.confidence);
+                for (acc, n) in confident.iter_mut().zip(&counts) {
+                    *acc += *n as f64 / bu as f64;
+                }
+                let weights = tensor3::<B>(weights, [s, bu, c], device);
+                (logits_l, Some(weighted_cross_entropy(logits_aug, weights)))
             }
-            let augmented_logits = match method {
-                SemisupMethod::PseudoLabel => logits_u,
-                SemisupMethod::Vlgo => {
-                    let prior = prior.unwrap_or_else(|| unreachable!("checked above"));
-                    let z = xu.inner().reshape([s * bu, d]);
-                    let m = prior.coefficients();
-                    let u: Vec<f32> = states
-                        .iter_mut()
-                        .flat_map(|st| {
-                            (0..bu * m)
-                                .map(|_| st.draws.random::<f32>() - 0.5)
-                                .collect::<Vec<_>>()
-                        })
-                        .collect();
-                    let u = Tensor::from_data(TensorData::new(u, [s * bu, m]), device);
-                    let moved = prior.apply(prior.sample(z.clone(), u)?, z)?;
-                    model
-                        .classifier
-                        .forward(Tensor::from_inner(moved.reshape([s, bu, d])))
+            SemisupMethod::MmIct => {
+                let mut partners = Vec::with_capacity(s * bu * d);
+                let mut lambdas = Vec::with_capacity(s * bu);
+                for st in states.iter_mut() {
+                    let rows = splits::batch(&mut st.draws, &st.unlabelled, bu);
+                    gather(train, &rows, &mut partners);
+                    lambdas.extend(splits::uniform(&mut st.draws, bu));
                 }
-                SemisupMethod::FeatMatch => {
-                    let attention = model
-                        .attention
-                        .as_ref()
-                        .unwrap_or_else(|| unreachable!("FeatMatch builds its attention"));
-                    let h = config.featmatch_heads;
-                    let p = config.featmatch_dropout;
-                    let keep: Vec<f32> = states
-                        .iter_mut()
-                        .flat_map(|st| {
-                            splits::uniform(&mut st.draws, h * bu * bl)
-                                .into_iter()
-                                .map(|x| match f64::from(x) < p {
-                                    true => 0.0,
-                                    false => (1.0 / (1.0 - p)) as f32,
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .collect();
-                    let keep = Tensor::from_data(TensorData::new(keep, [s, h, bu, bl]), device);
-                    model
-                        .classifier
-                        .forward(attention.forward(xu, xl, Some(keep)))
-                }
-                SemisupMethod::CeOnly | SemisupMethod::MmIct => {
-                    unreachable!("no pseudo-labels")
-                }
-            };
-            let weights = tensor3::<B>(weights, [s, bu, c], device);
-            loss = loss + weighted_cross_entropy(augmented_logits, weights);
-        } else if method == SemisupMethod::MmIct {
-            let mut partners = Vec::with_capacity(s * bu * d);
-            let mut lambdas = Vec::with_capacity(s * bu);
-            for st in states.iter_mut() {
-                let rows = splits::batch(&mut st.draws, &st.unlabelled, bu);
-                gather(train, &rows, &mut partners);
-                lambdas.extend(splits::uniform(&mut st.draws, bu));
+                let partners = tensor3::<B>(partners, [s, bu, d], device);
+                let l = tensor3::<B>(lambdas, [s, bu, 1], device);
+                let target = mix(
+                    softmax(ema.forward(xu.clone().inner()), 2),
+                    softmax(ema.forward(partners.clone().inner()), 2),
+                    l.clone().inner(),
+                );
+                let mixed = mix(xu, partners, l);
+                let (logits_l, logits_mixed) = joint(&model.classifier, xl.clone(), mixed);
+                let p = softmax(logits_mixed, 2);
+                let term = mean_square_per_split(p, Tensor::from_inner(target));
+                (logits_l, Some(term))
             }
-            let partners = tensor3::<B>(partners, [s, bu, d], device);
-            let l = tensor3::<B>(lambdas, [s, bu, 1], device);
-            let target = mix(
-                softmax(ema.forward(xu.clone().inner()), 2),
-                softmax(ema.forward(partners.clone().inner()), 2),
-                l.clone().inner(),
-            );
-            let mixed = mix(xu, partners, l);
-            let p = softmax(model.classifier.forward(mixed), 2);
-            loss = loss + mean_square_per_split(p, Tensor::from_inner(target));
+        };
+        let mut loss = weighted_cross_entropy(logits_l, yl);
+        if let Some(term) = unlabelled_loss {
+            loss = loss + term;
         }
         let value = f64::from(loss.clone().into_scalar().to_f32());
         if !value.is_finite() {
@@ -593,8 +601,20 @@ where
     Ok((outcomes, ema))
 }
 
+/// The logits of the labelled rows `xl` [S, B_l, d] and of `other` [S, n, d], from one pass of
+/// the classifier over both.
+fn joint<B: LayerBackend>(
+    classifier: &SplitMlp<B>,
+    xl: Tensor<B, 3>,
+    other: Tensor<B, 3>,
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    let (bl, n) = (xl.dims()[1], other.dims()[1]);
+    let logits = classifier.forward(Tensor::cat(vec![xl, other], 1));
+    (logits.clone().narrow(1, 0, bl), logits.narrow(1, bl, n))
+}
+
 /// Each split's top-1 accuracy (%) on `test` under the averaged weights.
-fn test_accuracy<B: Backend>(
+fn test_accuracy<B: LayerBackend>(
     ema: &EmaMlp<B>,
     test: &Features,
     splits: usize,

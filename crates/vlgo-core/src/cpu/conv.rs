@@ -14,6 +14,8 @@
 
 use rayon::prelude::*;
 
+use super::gemm::{View, product};
+
 /// Columns a product should have at least: groups of images are formed to reach it.
 const TARGET_COLUMNS: usize = 256;
 
@@ -176,72 +178,6 @@ fn col2im(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32])
     }
 }
 
-/// A matrix view for [`product`]: pointer, row stride, column stride.
-#[derive(Clone, Copy)]
-struct View {
-    ptr: *const f32,
-    rs: isize,
-    cs: isize,
-}
-
-impl View {
-    fn rows(data: &[f32], ld: usize) -> Self {
-        View {
-            ptr: data.as_ptr(),
-            rs: ld as isize,
-            cs: 1,
-        }
-    }
-
-    fn transposed(data: &[f32], ld: usize) -> Self {
-        View {
-            ptr: data.as_ptr(),
-            rs: 1,
-            cs: ld as isize,
-        }
-    }
-}
-
-/// dst [m, n] (row stride `ld`) = lhs [m, k] rhs [k, n], added to dst when `accumulate`.
-///
-/// # Safety
-/// The views must address m x k and k x n matrices inside live slices, and `dst` must hold
-/// m rows of stride `ld` with at least n entries each.
-unsafe fn product(
-    (m, n, k): (usize, usize, usize),
-    dst: &mut [f32],
-    ld: usize,
-    accumulate: bool,
-    lhs: View,
-    rhs: View,
-) {
-    debug_assert!(m == 0 || dst.len() >= (m - 1) * ld + n);
-    // SAFETY: the caller's contract; gemm reads dst only when `accumulate`.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            ld as isize,
-            accumulate,
-            lhs.ptr,
-            lhs.cs,
-            lhs.rs,
-            rhs.ptr,
-            rhs.cs,
-            rhs.rs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        )
-    }
-}
-
 /// The convolution of `x` [N, C_in, H, W] with `weight` [C_out, C_in, kh, kw] plus `bias`
 /// [C_out], as [N, C_out, Ho, Wo].
 pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
@@ -266,11 +202,11 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
                 let c = View::rows(cols, ld);
                 if images == 1 {
                     // SAFETY: w is [co, k], cols [k, p], out [co, p].
-                    unsafe { product((co, p, k), out, p, false, w, c) };
+                    unsafe { product((co, p, k), out, p, false, w, c, false) };
                 } else {
                     tmp.resize(co * ld, 0.0);
                     // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
-                    unsafe { product((co, ld, k), tmp, ld, false, w, c) };
+                    unsafe { product((co, ld, k), tmp, ld, false, w, c, false) };
                     for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
                         for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
                             o.copy_from_slice(&row[i * p..(i + 1) * p]);
@@ -355,6 +291,7 @@ pub(crate) fn backward(
                             true,
                             View::rows(dy_view, ld),
                             View::transposed(&cols, ld),
+                            false,
                         )
                     };
                 }
@@ -369,6 +306,7 @@ pub(crate) fn backward(
                             false,
                             View::transposed(weight, k),
                             View::rows(dy_view, ld),
+                            false,
                         )
                     };
                     let dx_group = &mut dx[start * s.image_in()..(start + images) * s.image_in()];

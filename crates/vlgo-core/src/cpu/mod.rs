@@ -9,8 +9,10 @@
 
 pub(crate) mod batch_norm;
 pub(crate) mod conv;
+pub(crate) mod dense;
 pub(crate) mod expm;
 pub(crate) mod expmv;
+pub(crate) mod gemm;
 pub mod host;
 pub(crate) mod lu;
 pub mod simd;

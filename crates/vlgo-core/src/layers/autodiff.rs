@@ -60,6 +60,28 @@ impl<B: LayerBackend> Backward<B, 3> for BatchNormBackward {
     }
 }
 
+#[derive(Debug)]
+struct BatchedLinearBackward;
+
+/// What the batched linear node keeps: x, the weight, the output and the slope.
+type BatchedLinearState<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Option<f64>);
+
+impl<B: LayerBackend> Backward<B, 3> for BatchedLinearBackward {
+    type State = BatchedLinearState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, weight, output, slope) = ops.state;
+        let want = ops.parents.each_ref().map(Option::is_some);
+        let adjoints = B::batched_linear_backward(x, weight, output, grad, slope, want);
+        for (node, adjoint) in ops.parents.into_iter().zip(adjoints) {
+            if let (Some(node), Some(adjoint)) = (node, adjoint) {
+                grads.register::<B>(node.id, adjoint);
+            }
+        }
+    }
+}
+
 // The backwards keep their defaults here (Burn's own convolution adjoints on `Autodiff`), which is
 // what a second-order gradient would need.
 impl<B: LayerBackend, C: CheckpointStrategy> LayerBackend for Autodiff<B, C> {
@@ -116,5 +138,30 @@ impl<B: LayerBackend, C: CheckpointStrategy> LayerBackend for Autodiff<B, C> {
         };
         let [mean, var] = stats;
         [y, mean, var]
+    }
+
+    fn batched_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        negative_slope: Option<f64>,
+    ) -> FloatTensor<Self> {
+        let prep = BatchedLinearBackward
+            .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
+            .compute_bound()
+            .stateful();
+        let y = B::batched_linear(
+            x.primitive.clone(),
+            weight.primitive.clone(),
+            bias.primitive,
+            negative_slope,
+        );
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (x.primitive, weight.primitive, y.clone(), negative_slope),
+                y,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
     }
 }

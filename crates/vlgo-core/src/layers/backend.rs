@@ -4,7 +4,8 @@
 use burn::prelude::*;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
-/// Backends that run the layers of [`crate::layers`]: convolution and batch norm.
+/// Backends that run the layers of [`crate::layers`]: convolution, batch norm and batched
+/// fully connected layers.
 ///
 /// Every method defaults to Burn's own operations; `Flex` and `NdArray` override them with the
 /// CPU kernels for f32 (convolutions with one group). Implemented for `NdArray` (feature
@@ -55,6 +56,31 @@ pub trait LayerBackend: Backend {
         tensor_ops::batch_norm_backward::<Self>(x, gamma, stats, epsilon, grad)
     }
 
+    /// act(x w + b) for S batched layers, x [S, N, K], w [S, K, M] and b [S, 1, M], as
+    /// [S, N, M]; act is LeakyReLU with `negative_slope` when given, the identity otherwise.
+    fn batched_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        negative_slope: Option<f64>,
+    ) -> FloatTensor<Self> {
+        tensor_ops::batched_linear::<Self>(x, weight, bias, negative_slope)
+    }
+
+    /// The adjoints of x, the weight and the bias of
+    /// [`batched_linear`](Self::batched_linear) given its output and the output's adjoint;
+    /// each only when `want` asks for it (`[x, weight, bias]`).
+    fn batched_linear_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        negative_slope: Option<f64>,
+        want: [bool; 3],
+    ) -> [Option<FloatTensor<Self>>; 3] {
+        tensor_ops::batched_linear_backward::<Self>(x, weight, output, grad, negative_slope, want)
+    }
+
     /// `y = scale[c] x + shift[c]` for x `[N, C, S]`: batch norm in evaluation mode.
     fn channel_affine(
         x: FloatTensor<Self>,
@@ -70,6 +96,42 @@ use super::{unwrap, wrap};
 /// The layers from Burn's tensor operations: the defaults, and the fallback of the kernels.
 mod tensor_ops {
     use super::*;
+
+    pub fn batched_linear<B: Backend>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        bias: FloatTensor<B>,
+        negative_slope: Option<f64>,
+    ) -> FloatTensor<B> {
+        let y = wrap::<B, 3>(x).matmul(wrap(weight)) + wrap::<B, 3>(bias);
+        unwrap(match negative_slope {
+            Some(a) => burn::tensor::activation::leaky_relu(y, a),
+            None => y,
+        })
+    }
+
+    pub fn batched_linear_backward<B: Backend>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        output: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        negative_slope: Option<f64>,
+        want: [bool; 3],
+    ) -> [Option<FloatTensor<B>>; 3] {
+        let grad = wrap::<B, 3>(grad);
+        let pre = match negative_slope {
+            // LeakyReLU's derivative from the output's sign: 1 where positive, the slope elsewhere.
+            Some(a) => {
+                let positive = wrap::<B, 3>(output).greater_elem(0.0).float();
+                grad * (positive * (1.0 - a) + a)
+            }
+            None => grad,
+        };
+        let dx = want[0].then(|| unwrap(pre.clone().matmul(wrap::<B, 3>(weight).swap_dims(1, 2))));
+        let dw = want[1].then(|| unwrap(wrap::<B, 3>(x).swap_dims(1, 2).matmul(pre.clone())));
+        let db = want[2].then(|| unwrap(pre.sum_dim(1)));
+        [dx, dw, db]
+    }
 
     pub fn convolve_backward<B: Backend>(
         x: FloatTensor<B>,
@@ -146,6 +208,7 @@ mod kernels {
     use super::*;
     use crate::cpu::batch_norm::{self as bn, NormShape};
     use crate::cpu::conv::{self, ConvShape};
+    use crate::cpu::dense::{self, DenseShape};
     pub use crate::cpu::host::Host;
 
     fn f32s<B: Backend>(tensors: &[&FloatTensor<B>]) -> bool {
@@ -198,6 +261,75 @@ mod kernels {
             channels: xs[1],
             size: xs[2],
         })
+    }
+
+    /// x [S, N, K] and w [S, K, M], both f32.
+    fn dense_shape<B: Backend>(x: &FloatTensor<B>, weight: &FloatTensor<B>) -> Option<DenseShape> {
+        let (xs, ws) = (x.shape(), weight.shape());
+        let fits = f32s::<B>(&[x, weight])
+            && xs.num_dims() == 3
+            && ws.num_dims() == 3
+            && ws[0] == xs[0]
+            && ws[1] == xs[2];
+        fits.then(|| DenseShape {
+            splits: xs[0],
+            rows: xs[1],
+            inputs: xs[2],
+            outputs: ws[2],
+        })
+    }
+
+    /// Whether `t` is an f32 tensor of shape `dims`.
+    fn f32_of_shape<B: Backend>(t: &FloatTensor<B>, dims: [usize; 3]) -> bool {
+        f32s::<B>(&[t]) && t.shape().num_dims() == 3 && t.shape().dims::<3>() == dims
+    }
+
+    pub fn batched_linear<B: Host>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        bias: FloatTensor<B>,
+        negative_slope: Option<f64>,
+    ) -> FloatTensor<B> {
+        let shape = dense_shape::<B>(&x, &weight)
+            .filter(|s| f32_of_shape::<B>(&bias, [s.splits, 1, s.outputs]));
+        let Some(s) = shape else {
+            return tensor_ops::batched_linear::<B>(x, weight, bias, negative_slope);
+        };
+        let slope = negative_slope.map(|a| a as f32);
+        let y = dense::forward(&s, &B::read(&x), &B::read(&weight), &B::read(&bias), slope);
+        B::make(y, &[s.splits, s.rows, s.outputs])
+    }
+
+    pub fn batched_linear_backward<B: Host>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        output: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        negative_slope: Option<f64>,
+        want: [bool; 3],
+    ) -> [Option<FloatTensor<B>>; 3] {
+        let shape = dense_shape::<B>(&x, &weight).filter(|s| {
+            let y = [s.splits, s.rows, s.outputs];
+            f32_of_shape::<B>(&output, y) && f32_of_shape::<B>(&grad, y)
+        });
+        let Some(s) = shape else {
+            return tensor_ops::batched_linear_backward::<B>(
+                x,
+                weight,
+                output,
+                grad,
+                negative_slope,
+                want,
+            );
+        };
+        let slope = negative_slope.map(|a| a as f32);
+        let (x, w, y, g) = (B::read(&x), B::read(&weight), B::read(&output), B::read(&grad));
+        let (dx, dw, db) = dense::backward(&s, &x, &w, &y, &g, slope, want);
+        [
+            dx.map(|d| B::make(d, &[s.splits, s.rows, s.inputs])),
+            dw.map(|d| B::make(d, &[s.splits, s.inputs, s.outputs])),
+            db.map(|d| B::make(d, &[s.splits, 1, s.outputs])),
+        ]
     }
 
     pub fn convolve<B: Host>(
@@ -339,6 +471,26 @@ macro_rules! kernel_methods {
             shift: FloatTensor<Self>,
         ) -> FloatTensor<Self> {
             kernels::channel_affine::<Self>(x, scale, shift)
+        }
+
+        fn batched_linear(
+            x: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            bias: FloatTensor<Self>,
+            negative_slope: Option<f64>,
+        ) -> FloatTensor<Self> {
+            kernels::batched_linear::<Self>(x, weight, bias, negative_slope)
+        }
+
+        fn batched_linear_backward(
+            x: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            output: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            negative_slope: Option<f64>,
+            want: [bool; 3],
+        ) -> [Option<FloatTensor<Self>>; 3] {
+            kernels::batched_linear_backward::<Self>(x, weight, output, grad, negative_slope, want)
         }
     };
 }

@@ -1,5 +1,6 @@
 //! Layers with fast CPU forwards and backwards, for networks trained on the CPU backends (the
-//! ResNet-18 backbone of the contrastive methods): two-dimensional convolution and batch norm.
+//! ResNet-18 backbone of the contrastive methods, the semi-supervised classifier):
+//! two-dimensional convolution, batch norm and batched fully connected layers.
 //!
 //! [`conv2d`] computes what `burn::tensor::module::conv2d` computes, [`batch_norm_module`] what
 //! `burn::nn::BatchNorm::forward` computes. On `Flex` and `NdArray` in f32 they run the kernels
@@ -166,6 +167,42 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
         let y = B::channel_affine(unwrap(as_channels(x)), unwrap(scale), unwrap(shift));
         wrap::<B, 3>(y).reshape(dims)
     }
+}
+
+/// `act(x w + b)` for S independent fully connected layers at once: x [S, N, K], `weight`
+/// [S, K, M] and `bias` [S, 1, M] give [S, N, M], where act is LeakyReLU with `negative_slope`
+/// when given and the identity otherwise; differentiable on `Autodiff` (one node).
+///
+/// On `Flex` and `NdArray` in f32 it runs the kernel of `cpu::dense` (the bias as the product's
+/// starting value, the activation in place, its derivative from the output's sign); elsewhere,
+/// and for other shapes and dtypes, Burn's `matmul`, sum and `leaky_relu`.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// // Two layers 2 -> 1: the first sums its inputs, the second negates the first input.
+/// let x = Tensor::<NdArray, 3>::from_floats([[[1.0, 2.0]], [[3.0, 4.0]]], &device);
+/// let w = Tensor::<NdArray, 3>::from_floats([[[1.0], [1.0]], [[-1.0], [0.0]]], &device);
+/// let b = Tensor::<NdArray, 3>::from_floats([[[0.5]], [[0.0]]], &device);
+/// let y = vlgo_core::layers::batched_linear(x, w, b, Some(0.1));
+/// assert_eq!(y.dims(), [2, 1, 1]);
+/// let y = y.into_data().to_vec::<f32>().unwrap();
+/// assert!((y[0] - 3.5).abs() < 1e-6 && (y[1] + 0.3).abs() < 1e-6);
+/// ```
+pub fn batched_linear<B: LayerBackend>(
+    x: Tensor<B, 3>,
+    weight: Tensor<B, 3>,
+    bias: Tensor<B, 3>,
+    negative_slope: Option<f64>,
+) -> Tensor<B, 3> {
+    wrap(B::batched_linear(
+        unwrap(x),
+        unwrap(weight),
+        unwrap(bias),
+        negative_slope,
+    ))
 }
 
 /// x [N, C, ...] as [N, C, S].
