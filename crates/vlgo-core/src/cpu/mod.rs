@@ -7,6 +7,7 @@
 //! The kernel computes in f32 (f16 and bf16 inputs arrive promoted); f64 inputs, the test
 //! oracle, keep the tensor-op path.
 
+pub(crate) mod adamw;
 pub(crate) mod batch_norm;
 pub(crate) mod conv;
 pub(crate) mod dense;

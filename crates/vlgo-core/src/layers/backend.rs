@@ -81,6 +81,18 @@ pub trait LayerBackend: Backend {
         tensor_ops::batched_linear_backward::<Self>(x, weight, output, grad, negative_slope, want)
     }
 
+    /// One AdamW step on a parameter from its gradient and moments: the new parameter, first
+    /// and second moment (see [`FusedAdamW`](super::FusedAdamW)).
+    fn adamw_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moment_1: FloatTensor<Self>,
+        moment_2: FloatTensor<Self>,
+        step: AdamWStep,
+    ) -> [FloatTensor<Self>; 3] {
+        tensor_ops::adamw_step::<Self>(param, grad, moment_1, moment_2, step)
+    }
+
     /// `y = scale[c] x + shift[c]` for x `[N, C, S]`: batch norm in evaluation mode.
     fn channel_affine(
         x: FloatTensor<Self>,
@@ -91,11 +103,39 @@ pub trait LayerBackend: Backend {
     }
 }
 
-use super::{unwrap, wrap};
+use super::{AdamWStep, unwrap, wrap};
 
 /// The layers from Burn's tensor operations: the defaults, and the fallback of the kernels.
 mod tensor_ops {
     use super::*;
+
+    /// Burn's `AdamW` arithmetic, operation by operation.
+    pub fn adamw_step<B: Backend>(
+        param: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        moment_1: FloatTensor<B>,
+        moment_2: FloatTensor<B>,
+        hp: AdamWStep,
+    ) -> [FloatTensor<B>; 3] {
+        use burn::tensor::TensorMetadata;
+        // Elementwise throughout: computed on flat views, returned in the parameter's shape.
+        let shape = param.shape();
+        let flat = |t: FloatTensor<B>| {
+            let n = t.shape().num_elements();
+            Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(t)).reshape([n])
+        };
+        let back = |t: Tensor<B, 1>| B::float_reshape(unwrap(t), shape.clone());
+        let (b1, b2) = (hp.beta_1, hp.beta_2);
+        let grad = flat(grad);
+        let m = flat(moment_1).mul_scalar(b1) + grad.clone().mul_scalar(1.0 - b1);
+        let v = flat(moment_2).mul_scalar(b2) + grad.square().mul_scalar(1.0 - b2);
+        let m_hat = m.clone().div_scalar(1.0 - b1.powi(hp.time));
+        let v_hat = v.clone().div_scalar(1.0 - b2.powi(hp.time));
+        let delta = m_hat / v_hat.sqrt().add_scalar(hp.epsilon);
+        let keep = 1.0 - hp.lr * f64::from(hp.weight_decay);
+        let p = flat(param).mul_scalar(keep) - delta.mul_scalar(hp.lr);
+        [back(p), back(m), back(v)]
+    }
 
     pub fn batched_linear<B: Backend>(
         x: FloatTensor<B>,
@@ -206,6 +246,7 @@ mod kernels {
     use burn::tensor::{DType, TensorMetadata};
 
     use super::*;
+    use crate::cpu::adamw;
     use crate::cpu::batch_norm::{self as bn, NormShape};
     use crate::cpu::conv::{self, ConvShape};
     use crate::cpu::dense::{self, DenseShape};
@@ -330,6 +371,30 @@ mod kernels {
             dw.map(|d| B::make(d, &[s.splits, s.inputs, s.outputs])),
             db.map(|d| B::make(d, &[s.splits, 1, s.outputs])),
         ]
+    }
+
+    pub fn adamw_step<B: Host>(
+        param: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        moment_1: FloatTensor<B>,
+        moment_2: FloatTensor<B>,
+        hp: AdamWStep,
+    ) -> [FloatTensor<B>; 3] {
+        let shape = param.shape();
+        let fits = f32s::<B>(&[&param, &grad, &moment_1, &moment_2])
+            && [&grad, &moment_1, &moment_2].iter().all(|t| t.shape() == shape);
+        if !fits {
+            return tensor_ops::adamw_step::<B>(param, grad, moment_1, moment_2, hp);
+        }
+        let (p, m, v) = adamw::step(
+            &B::read(&param),
+            &B::read(&grad),
+            &B::read(&moment_1),
+            &B::read(&moment_2),
+            &hp,
+        );
+        let dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
+        [B::make(p, &dims), B::make(m, &dims), B::make(v, &dims)]
     }
 
     pub fn convolve<B: Host>(
@@ -471,6 +536,16 @@ macro_rules! kernel_methods {
             shift: FloatTensor<Self>,
         ) -> FloatTensor<Self> {
             kernels::channel_affine::<Self>(x, scale, shift)
+        }
+
+        fn adamw_step(
+            param: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            moment_1: FloatTensor<Self>,
+            moment_2: FloatTensor<Self>,
+            step: AdamWStep,
+        ) -> [FloatTensor<Self>; 3] {
+            kernels::adamw_step::<Self>(param, grad, moment_1, moment_2, step)
         }
 
         fn batched_linear(

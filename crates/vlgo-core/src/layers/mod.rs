@@ -12,8 +12,10 @@
 
 mod autodiff;
 mod backend;
+mod optim;
 
 pub use backend::LayerBackend;
+pub use optim::{AdamWStep, FusedAdamW, FusedAdamWConfig, FusedAdamWState};
 
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, PaddingConfig2d};

@@ -234,3 +234,79 @@ fn batch_norm_matches_burn_in_both_modes() {
         );
     }
 }
+
+#[test]
+fn batched_linear_and_its_gradients_match_burn() {
+    use burn::tensor::activation::leaky_relu;
+    use vlgo_core::layers::batched_linear;
+    let device = Default::default();
+    for (splits, slope) in [(1, Some(0.01)), (3, Some(0.2)), (2, None)] {
+        let normal = |dims: [usize; 3]| {
+            Tensor::<AD, 3>::random(dims, Distribution::Normal(0.0, 1.0), &device)
+        };
+        let (x, w, b) = (normal([splits, 7, 5]), normal([splits, 5, 300]), normal([splits, 1, 300]));
+        let g = normal([splits, 7, 300]);
+        let run = |ours: bool| {
+            let (x, w, b) = (
+                x.clone().detach().require_grad(),
+                w.clone().detach().require_grad(),
+                b.clone().detach().require_grad(),
+            );
+            let y = if ours {
+                batched_linear(x.clone(), w.clone(), b.clone(), slope)
+            } else {
+                let pre = x.clone().matmul(w.clone()) + b.clone();
+                match slope {
+                    Some(a) => leaky_relu(pre, a),
+                    None => pre,
+                }
+            };
+            let grads = (y.clone() * g.clone()).sum().backward();
+            let grad = |t: &Tensor<AD, 3>| t.grad(&grads).expect("tracked");
+            (y.inner(), [grad(&x), grad(&w), grad(&b)])
+        };
+        let ((y, ours), (y_ref, theirs)) = (run(true), run(false));
+        let scale = max_abs(y_ref.clone());
+        assert!(max_diff(y, y_ref) <= 1e-5 * scale, "{splits} splits: output");
+        for (name, (a, b)) in ["x", "weight", "bias"].iter().zip(ours.into_iter().zip(theirs)) {
+            let scale = max_abs(b.clone());
+            let diff = max_diff(a, b);
+            assert!(diff <= 1e-5 * scale, "{splits} splits, slope {slope:?}: {name} {diff}");
+        }
+    }
+}
+
+#[test]
+fn fused_adamw_takes_burns_adamw_steps() {
+    use burn::module::Param;
+    use burn::nn::LinearConfig;
+    use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+    use vlgo_core::layers::FusedAdamWConfig;
+    let device = Default::default();
+    let mut start = LinearConfig::new(6, 4).init::<AD>(&device);
+    // Parameters initialise lazily, each clone on its own: fix the values before cloning.
+    start.weight = Param::from_tensor(start.weight.val());
+    start.bias = start.bias.map(|b| Param::from_tensor(b.val()));
+    let x = Tensor::<AD, 2>::random([8, 6], Distribution::Normal(0.0, 1.0), &device);
+    let train = |fused: bool| {
+        let mut model = start.clone();
+        let mut burns = AdamWConfig::new().with_weight_decay(0.05).init::<AD, _>();
+        let mut ours = FusedAdamWConfig::new().with_weight_decay(0.05).init::<AD, _>();
+        for _ in 0..4 {
+            let loss = model.forward(x.clone()).tanh().sum();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = match fused {
+                true => ours.step(0.1, model, grads),
+                false => burns.step(0.1, model, grads),
+            };
+        }
+        model
+    };
+    let (a, b) = (train(true), train(false));
+    let moved = max_abs(a.weight.val().inner() - start.weight.val().inner());
+    assert!(moved > 0.1, "four steps of 0.1 move the weights ({moved})");
+    let diff = max_diff(a.weight.val().inner(), b.weight.val().inner());
+    assert!(diff < 1e-5, "weights differ by {diff}");
+    let bias = |m: &burn::nn::Linear<AD>| m.bias.as_ref().expect("bias").val().inner();
+    assert!(max_diff(bias(&a), bias(&b)) < 1e-5);
+}
