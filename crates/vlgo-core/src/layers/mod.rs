@@ -8,7 +8,9 @@
 //! one group only) and `cpu::batch_norm` (per-channel sums and one multiply-add per entry), each
 //! a single autodiff node; everywhere else, and for other dtypes, they are Burn's own
 //! operations. [`conv2d_module`] and [`batch_norm_module`] apply `burn::nn` modules, so models
-//! keep Burn's modules, initialisation and records.
+//! keep Burn's modules, initialisation and records. [`batched_linear`] runs S fully connected
+//! layers (with or without LeakyReLU) as one node, and [`FusedAdamW`] takes Burn's AdamW step in
+//! one pass per parameter (`cpu::dense`, `cpu::adamw` on the CPU backends).
 
 mod autodiff;
 mod backend;
