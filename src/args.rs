@@ -451,15 +451,17 @@ where
             .get_mut(part)
             .ok_or_else(|| bad(&format!("no setting named {key:?}")))?;
     }
-    if std::mem::discriminant(slot) != std::mem::discriminant(&value)
-        && !(slot.is_float() && value.is_integer())
-    {
-        return Err(bad(&format!("expected a value like {slot}")));
-    }
+    // A value of another type than the current one is tried too (a setting may take a number
+    // or a name, like the swiss roll's `data_scale`); the settings' own types decide.
+    let retyped = (std::mem::discriminant(slot) != std::mem::discriminant(&value)
+        && !(slot.is_float() && value.is_integer()))
+    .then(|| format!("expected a value like {slot}"));
     *slot = match (slot.is_float(), value) {
         (true, toml::Value::Integer(i)) => toml::Value::Float(i as f64),
         (_, v) => v,
     };
-    root.try_into()
-        .map_err(|e: toml::de::Error| bad(&e.to_string()))
+    root.try_into().map_err(|e: toml::de::Error| match &retyped {
+        Some(expected) => bad(&format!("{expected} ({})", e.message())),
+        None => bad(&e.to_string()),
+    })
 }

@@ -187,6 +187,92 @@ fn a_short_swiss_roll_run_writes_its_folder_and_learns() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+#[test]
+fn swiss_roll_regime_settings_reach_the_run_and_its_diagnostics() {
+    let root = std::env::temp_dir().join(format!("vlgo-cli-regime-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let out = vlgo(&[
+        "swiss-roll",
+        "--points",
+        "400",
+        "--k1",
+        "5",
+        "--k2",
+        "15",
+        "--epochs",
+        "4",
+        "--methods",
+        "fista,thresholded_j3",
+        "--set",
+        "batch_size=100",
+        "--set",
+        "fista_max_iterations=30",
+        "--set",
+        "data_scale=unit",
+        "--set",
+        "threshold_variant=sample",
+        "--set",
+        "standardise_encoder_input=true",
+        "--set",
+        "lr_schedule=cosine",
+        "--set",
+        "gap_every=2",
+        "--out",
+        root.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = std::fs::read_to_string(root.join("config.toml")).unwrap();
+    for line in [
+        "data_scale = \"unit\"",
+        "threshold_variant = \"sample\"",
+        "standardise_encoder_input = true",
+        "lr_schedule = \"cosine\"",
+        "gap_every = 2",
+    ] {
+        assert!(config.contains(line), "{line} not in config.toml:\n{config}");
+    }
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("summary.json")).unwrap())
+            .unwrap();
+    // The roll's pooled deviation is several units: the data were divided by it.
+    let scale = summary["data_scale"].as_f64().unwrap();
+    assert!((3.0..20.0).contains(&scale), "data_scale {scale}");
+    let lines: Vec<Value> = std::fs::read_to_string(root.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for l in lines.iter().filter(|l| l["method"] == "thresholded_j3") {
+        let scales = l["posterior_scale"].as_array().expect("posterior_scale");
+        assert_eq!(scales.len(), 6);
+        assert!(scales.iter().all(|s| s.as_f64().unwrap() > 0.0));
+        let at_location = l["mse_at_location"].as_f64().unwrap();
+        assert!(at_location.is_finite() && at_location >= 0.0);
+        let epoch = l["epoch"].as_u64().unwrap();
+        match epoch % 2 {
+            0 => {
+                let gap = &l["gap"];
+                let fista = gap["fista_mse"].as_f64().unwrap();
+                let location = gap["location_mse"].as_f64().unwrap();
+                let objective = gap["objective_gap"].as_f64().unwrap();
+                assert!(fista.is_finite() && location.is_finite() && objective.is_finite());
+                assert!(gap["fista_iterations"].as_u64().unwrap() >= 1);
+            }
+            _ => assert!(l.get("gap").is_none(), "epoch {epoch} has no gap"),
+        }
+    }
+    assert!(lines.iter().filter(|l| l["method"] == "fista").all(|l| l.get("gap").is_none()));
+    rejected(
+        &["swiss-roll", "--set", "data_scale=wide"],
+        &["data_scale", "wide"],
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 const TINY_CONFIG: &str = r#"
 dataset = "fashion-mnist"
 image_size = 12

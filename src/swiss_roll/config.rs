@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use vlgo_core::{FixedPrior, Threshold, ThresholdVariant};
 
 use crate::error::{CliError, Result};
@@ -75,6 +75,139 @@ impl fmt::Display for Method {
     }
 }
 
+/// What the roll's coordinates are divided by before training: a factor s (1 keeps the raw
+/// roll, whose coordinates reach about 14), or `"unit"`, the pooled standard deviation of the
+/// three coordinates, so that the set has unit variance. Dividing the data by s is the same as
+/// multiplying the l1, Frobenius and KL weights by s^2 (and the learning rates' reach by s).
+///
+/// In `config.toml` and `--set`: a number or `"unit"`.
+///
+/// ```
+/// use vlgo::swiss_roll::DataScale;
+/// let points = [[1.0f32, 0.0, 3.0], [3.0, 0.0, 5.0]];
+/// assert_eq!(DataScale::Factor(2.0).resolve(&points).unwrap(), 2.0);
+/// // Variances 1, 0 and 1: pooled 2/3.
+/// let s = DataScale::UnitVariance.resolve(&points).unwrap();
+/// assert!((s - (2.0f64 / 3.0).sqrt()).abs() < 1e-12);
+/// assert!(DataScale::Factor(0.0).resolve(&points).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DataScale {
+    /// Divide by this factor (> 0).
+    Factor(f64),
+    /// Divide by the pooled standard deviation.
+    UnitVariance,
+}
+
+impl Default for DataScale {
+    fn default() -> Self {
+        Self::Factor(1.0)
+    }
+}
+
+impl DataScale {
+    /// The divisor for `points`.
+    pub fn resolve(&self, points: &[[f32; 3]]) -> Result<f64> {
+        let s = match *self {
+            Self::Factor(s) => s,
+            Self::UnitVariance => {
+                let n = points.len() as f64;
+                let mut variance = 0.0;
+                for k in 0..3 {
+                    let mean = points.iter().map(|p| f64::from(p[k])).sum::<f64>() / n;
+                    variance += points
+                        .iter()
+                        .map(|p| (f64::from(p[k]) - mean).powi(2))
+                        .sum::<f64>()
+                        / n;
+                }
+                (variance / 3.0).sqrt()
+            }
+        };
+        match s > 0.0 && s.is_finite() {
+            true => Ok(s),
+            false => Err(CliError::invalid(
+                "data_scale",
+                s,
+                "a finite factor > 0 (\"unit\" needs points that are not all equal)",
+            )),
+        }
+    }
+}
+
+impl fmt::Display for DataScale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Factor(s) => write!(f, "{s}"),
+            Self::UnitVariance => write!(f, "unit"),
+        }
+    }
+}
+
+impl Serialize for DataScale {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Self::Factor(s) => serializer.serialize_f64(*s),
+            Self::UnitVariance => serializer.serialize_str("unit"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DataScale {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Integer(i64),
+            Name(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(s) => Ok(Self::Factor(s)),
+            Raw::Integer(s) => Ok(Self::Factor(s as f64)),
+            Raw::Name(name) if name == "unit" => Ok(Self::UnitVariance),
+            Raw::Name(other) => Err(serde::de::Error::custom(format!(
+                "data_scale {other:?}: expected a number > 0 or \"unit\""
+            ))),
+        }
+    }
+}
+
+/// How the learning rates of operators and encoder move over a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrSchedule {
+    /// The configured rates throughout (the paper's).
+    #[default]
+    Constant,
+    /// Cosine decay from the configured rates to 0 at the last step.
+    Cosine,
+}
+
+impl LrSchedule {
+    /// The factor on the configured rates at `step` of `total`.
+    ///
+    /// ```
+    /// use vlgo::swiss_roll::LrSchedule;
+    /// assert_eq!(LrSchedule::Constant.factor(7, 10), 1.0);
+    /// assert_eq!(LrSchedule::Cosine.factor(0, 10), 1.0);
+    /// assert!((LrSchedule::Cosine.factor(5, 10) - 0.5).abs() < 1e-12);
+    /// ```
+    pub fn factor(&self, step: u64, total: u64) -> f64 {
+        match self {
+            Self::Constant => 1.0,
+            Self::Cosine => {
+                let t = step as f64 / total.max(1) as f64;
+                0.5 * (1.0 + (std::f64::consts::PI * t.min(1.0)).cos())
+            }
+        }
+    }
+}
+
+fn default_gap_every() -> usize {
+    10
+}
+
 /// Every setting of a swiss-roll run; written resolved to the run folder's `config.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SwissRollConfig {
@@ -110,7 +243,7 @@ pub struct SwissRollConfig {
     pub beta: f64,
     /// Fixed Laplace prior of the variational methods.
     pub prior: FixedPrior,
-    /// Threshold zeta of the thresholded methods (`noise` variant).
+    /// Threshold zeta of the thresholded methods (variant: `threshold_variant`).
     pub zeta: f64,
     /// FISTA tolerance on the relative change of the batch's coefficients.
     pub fista_tolerance: f64,
@@ -121,6 +254,24 @@ pub struct SwissRollConfig {
     pub fista_threads: usize,
     /// Extrapolated paths use c on a grid in [-N_c, N_c].
     pub path_extent: f64,
+    /// What the coordinates are divided by before training (a number, or `"unit"`).
+    #[serde(default)]
+    pub data_scale: DataScale,
+    /// How the thresholded methods threshold: `noise` (the public code's, the default) or
+    /// `sample` (the paper's Algorithm 1: the whole sample, so unused operators get exact zeros).
+    #[serde(default)]
+    pub threshold_variant: ThresholdVariant,
+    /// Whether the encoder reads its inputs standardised per coordinate (the transport keeps the
+    /// raw coordinates).
+    #[serde(default)]
+    pub standardise_encoder_input: bool,
+    /// Learning-rate schedule of operators and encoder (`constant` or `cosine`).
+    #[serde(default)]
+    pub lr_schedule: LrSchedule,
+    /// Every this many epochs, each variational method's amortisation gap: FISTA with the
+    /// method's current operators on the epoch's last batch (0: never).
+    #[serde(default = "default_gap_every")]
+    pub gap_every: usize,
 }
 
 impl SwissRollConfig {
@@ -161,6 +312,11 @@ impl SwissRollConfig {
             fista_max_iterations: 300,
             fista_threads: 0,
             path_extent: 1.0,
+            data_scale: DataScale::default(),
+            threshold_variant: ThresholdVariant::Noise,
+            standardise_encoder_input: false,
+            lr_schedule: LrSchedule::Constant,
+            gap_every: default_gap_every(),
         }
     }
 
@@ -212,7 +368,10 @@ impl SwissRollConfig {
             return Err(CliError::invalid(name, v, "must be finite and > 0"));
         }
         self.prior.validate()?;
-        Threshold::new(self.zeta, ThresholdVariant::Noise)?;
+        Threshold::new(self.zeta, self.threshold_variant)?;
+        if let DataScale::Factor(s) = self.data_scale {
+            DataScale::Factor(s).resolve(&[])?;
+        }
         if self.k1 == 0 || self.k1 > self.k2 {
             return Err(CliError::invalid(
                 "neighbour ranks k1..k2",
@@ -245,5 +404,46 @@ impl SwissRollConfig {
             }
         }
         Ok(methods)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_scale_gives_the_roll_unit_variance() {
+        let mut roll = vlgo_datasets::SwissRollConfig {
+            points: 2000,
+            seed: 3,
+        }
+        .generate()
+        .unwrap();
+        let s = DataScale::UnitVariance.resolve(&roll.points).unwrap();
+        assert!(s > 3.0, "the raw roll spreads over several units: {s}");
+        crate::swiss_roll::scale_points(&mut roll.points, s);
+        assert!((DataScale::UnitVariance.resolve(&roll.points).unwrap() - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn data_scale_reads_numbers_and_unit_and_names_anything_else() {
+        #[derive(Deserialize, Serialize)]
+        struct T {
+            s: DataScale,
+        }
+        let read = |text: &str| toml::from_str::<T>(text).map(|t| t.s);
+        assert_eq!(read("s = 2.5").unwrap(), DataScale::Factor(2.5));
+        assert_eq!(read("s = 3").unwrap(), DataScale::Factor(3.0));
+        assert_eq!(read("s = \"unit\"").unwrap(), DataScale::UnitVariance);
+        let err = read("s = \"wide\"").err().unwrap().to_string();
+        assert!(err.contains("wide"), "{err}");
+        let written = toml::to_string(&T {
+            s: DataScale::UnitVariance,
+        })
+        .unwrap();
+        assert_eq!(written.trim(), "s = \"unit\"");
+        let mut config = SwissRollConfig::reduced();
+        config.data_scale = DataScale::Factor(-1.0);
+        assert!(config.validate().is_err());
     }
 }

@@ -15,9 +15,9 @@ use burn::tensor::backend::AutodiffBackend;
 use vlgo_core::{ExpmBackend, LieOperators, OperatorForm};
 use vlgo_datasets::NeighbourPairs;
 
-pub use config::{Method, SwissRollConfig};
+pub use config::{DataScale, LrSchedule, Method, SwissRollConfig};
 pub use report::{MethodSummary, Summary};
-pub use train::{EpochMetrics, MethodRun, train_method};
+pub use train::{AmortisationGap, EpochMetrics, MethodRun, amortisation_gap, train_method};
 
 use crate::error::Result;
 use crate::progress::EpochBar;
@@ -33,11 +33,13 @@ where
     let methods = config.validate()?;
     let folder = RunFolder::create(out)?;
     folder.write_toml("config.toml", config)?;
-    let roll = vlgo_datasets::SwissRollConfig {
+    let mut roll = vlgo_datasets::SwissRollConfig {
         points: config.points,
         seed: config.seed,
     }
     .generate()?;
+    let scale = config.data_scale.resolve(&roll.points)?;
+    scale_points(&mut roll.points, scale);
     let pairs = NeighbourPairs::new(&roll.points, config.k1, config.k2)?;
     let mut metrics = folder.jsonl("metrics.jsonl")?;
     let mut runs = Vec::with_capacity(methods.len());
@@ -51,7 +53,7 @@ where
         bar.finish(&run);
         runs.push(run);
     }
-    let summary = Summary::new(&runs);
+    let summary = Summary::new(&runs, scale);
     folder.write_json("summary.json", &summary)?;
     report::plot_curves(&folder.plots_dir()?, &runs)?;
     if let Some(run) = path_model(&runs) {
@@ -67,6 +69,21 @@ where
     println!("\n{}", summary.table());
     println!("run folder: {}", folder.path().display());
     Ok(summary)
+}
+
+/// Divides every coordinate by `scale`. Neighbours, and so the pairs, do not change.
+///
+/// ```
+/// let mut points = vec![[2.0f32, -4.0, 6.0]];
+/// vlgo::swiss_roll::scale_points(&mut points, 2.0);
+/// assert_eq!(points, vec![[1.0, -2.0, 3.0]]);
+/// ```
+pub fn scale_points(points: &mut [[f32; 3]], scale: f64) {
+    for p in points {
+        for v in p {
+            *v = (f64::from(*v) / scale) as f32;
+        }
+    }
 }
 
 /// The model whose extrapolated paths are drawn: the thresholded one with the most samples,

@@ -10,7 +10,7 @@ use serde_json::json;
 use vlgo_core::{ExpmBackend, LieOperators};
 
 use super::config::Method;
-use super::train::{EpochMetrics, MethodRun};
+use super::train::{AmortisationGap, EpochMetrics, MethodRun};
 use crate::error::Result;
 use crate::plot::{Series, line_chart, paths_3d};
 
@@ -29,6 +29,15 @@ pub(super) fn metrics_line(method: Method, m: &EpochMetrics, batches: usize) -> 
     }
     if let Some(its) = m.fista_iterations {
         line["fista_iterations"] = json!(its);
+    }
+    if let Some(scale) = &m.posterior_scale {
+        line["posterior_scale"] = json!(scale);
+    }
+    if let Some(mse) = m.mse_at_location {
+        line["mse_at_location"] = json!(mse);
+    }
+    if let Some(gap) = &m.gap {
+        line["gap"] = json!(gap);
     }
     line
 }
@@ -50,6 +59,12 @@ pub struct MethodSummary {
     /// Mean FISTA iterations per batch (FISTA).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_fista_iterations: Option<f64>,
+    /// Mean ||x' - T(mu) x||^2 at the encoder's location over the last epoch (variational).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_mse_at_location: Option<f64>,
+    /// The last amortisation gap measured (variational, `gap_every` > 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_gap: Option<AmortisationGap>,
     /// ||Psi_m||_F of every generator.
     pub operator_norms: Vec<f64>,
 }
@@ -57,6 +72,8 @@ pub struct MethodSummary {
 /// `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// What the roll's coordinates were divided by (`data_scale`, resolved).
+    pub data_scale: f64,
     /// Per method, by name.
     pub methods: BTreeMap<String, MethodSummary>,
     /// Order the methods ran in.
@@ -65,8 +82,8 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Summarises trained methods.
-    pub fn new(runs: &[MethodRun]) -> Self {
+    /// Summarises trained methods on data divided by `data_scale`.
+    pub fn new(runs: &[MethodRun], data_scale: f64) -> Self {
         let fista = runs
             .iter()
             .find(|r| r.method == Method::Fista)
@@ -82,12 +99,15 @@ impl Summary {
                     nonzero_operators: r.nonzero_operators(),
                     speedup_vs_fista: fista.map(|f| f / r.train_seconds()),
                     mean_fista_iterations: r.mean_fista_iterations(),
+                    final_mse_at_location: last.and_then(|e| e.mse_at_location),
+                    last_gap: r.epochs.iter().rev().find_map(|e| e.gap),
                     operator_norms: r.operator_norms.clone(),
                 };
                 (r.method.to_string(), summary)
             })
             .collect();
         Self {
+            data_scale,
             methods,
             order: runs.iter().map(|r| r.method.to_string()).collect(),
         }
@@ -96,8 +116,8 @@ impl Summary {
     /// The results as a Markdown table, in run order.
     pub fn table(&self) -> String {
         let mut out = String::from(
-            "| method | final MSE | final l1 | non-zero operators | train s | speed-up vs FISTA | FISTA iterations |\n\
-             |---|---|---|---|---|---|---|\n",
+            "| method | final MSE | MSE at location | objective gap | final l1 | non-zero operators | train s | speed-up vs FISTA | FISTA iterations |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
         );
         for name in &self.order {
             let m = &self.methods[name];
@@ -105,8 +125,10 @@ impl Summary {
                 v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
             };
             out += &format!(
-                "| {name} | {:.4} | {:.4} | {} | {:.1} | {} | {} |\n",
+                "| {name} | {:.4} | {} | {} | {:.4} | {} | {:.1} | {} | {} |\n",
                 m.final_mse,
+                opt(m.final_mse_at_location, 4),
+                opt(m.last_gap.map(|g| g.objective_gap), 4),
                 m.final_l1,
                 m.nonzero_operators,
                 m.train_seconds,

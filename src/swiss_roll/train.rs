@@ -2,16 +2,18 @@
 
 use std::time::Instant;
 
+use serde::Serialize;
+
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use vlgo_core::{
     ExpmBackend, FistaConfig, LieOperators, LieOperatorsConfig, NoiseStreams, OperatorInit,
-    Threshold, ThresholdVariant, fista,
+    Threshold, fista,
 };
 use vlgo_datasets::NeighbourPairs;
-use vlgo_nn::VlgoConfig;
+use vlgo_nn::{InputNorm, VlgoConfig};
 
 use super::config::{Method, SwissRollConfig};
 use crate::error::{CliError, Result};
@@ -29,8 +31,81 @@ pub struct EpochMetrics {
     pub kl: Option<f64>,
     /// Mean FISTA iterations per batch (FISTA).
     pub fista_iterations: Option<f64>,
-    /// Training time so far, seconds.
+    /// Training time so far, seconds (diagnostics excluded).
     pub seconds: f64,
+    /// Per operator, the posterior's mean scale (variational methods).
+    pub posterior_scale: Option<Vec<f64>>,
+    /// Mean over pairs of ||x' - T(mu) x||^2 at the encoder's location mu, no sampling
+    /// (variational methods; `mse` is the selected sample's).
+    pub mse_at_location: Option<f64>,
+    /// The amortisation gap on the epoch's last batch (variational methods, every
+    /// `gap_every` epochs).
+    pub gap: Option<AmortisationGap>,
+}
+
+/// FISTA's objective ||x1 - T(c) x0||^2 + l1 ||c||_1 (means over a batch) at the encoder's
+/// location and at FISTA's solution with the same operators: how far amortised inference is from
+/// exact inference, measured directly rather than across differently trained models.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AmortisationGap {
+    /// Squared error at the encoder's location.
+    pub location_mse: f64,
+    /// sum_m |mu_m| at the encoder's location.
+    pub location_l1: f64,
+    /// Squared error at FISTA's solution.
+    pub fista_mse: f64,
+    /// sum_m |c_m| at FISTA's solution.
+    pub fista_l1: f64,
+    /// FISTA's iterations.
+    pub fista_iterations: usize,
+    /// The objective at the location minus the objective at FISTA's solution (>= 0 up to
+    /// FISTA's tolerance; 0 when the location is FISTA's solution).
+    pub objective_gap: f64,
+}
+
+/// [`AmortisationGap`] of `location` [N, M] on the batch (x0, x1) under `operators`.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+/// use vlgo::swiss_roll::amortisation_gap;
+/// use vlgo_core::{FistaConfig, LieOperatorsConfig, fista};
+///
+/// let device = Default::default();
+/// let ops = LieOperatorsConfig::new(2, 3).with_seed(1).init::<NdArray>(&device).unwrap();
+/// let x0 = Tensor::<NdArray, 2>::from_floats([[1.0, 0.5, -0.2], [0.3, -1.0, 0.8]], &device);
+/// let c = Tensor::<NdArray, 2>::from_floats([[0.8, 0.0], [0.0, -0.6]], &device);
+/// let x1 = ops.transport(c, x0.clone()).unwrap();
+/// let settings = FistaConfig::new().with_l1(0.01);
+/// let exact = fista(&ops, x0.clone(), x1.clone(), &settings).unwrap().coefficients;
+/// let gap = amortisation_gap(&ops, x0.clone(), x1.clone(), exact, &settings).unwrap();
+/// assert_eq!(gap.objective_gap, 0.0);
+/// let zero = Tensor::zeros([2, 2], &device);
+/// assert!(amortisation_gap(&ops, x0, x1, zero, &settings).unwrap().objective_gap > 0.0);
+/// ```
+pub fn amortisation_gap<B: ExpmBackend>(
+    operators: &LieOperators<B>,
+    x0: Tensor<B, 2>,
+    x1: Tensor<B, 2>,
+    location: Tensor<B, 2>,
+    settings: &FistaConfig,
+) -> Result<AmortisationGap> {
+    let solution = fista(operators, x0.clone(), x1.clone(), settings)?;
+    let terms = |c: Tensor<B, 2>| -> Result<(f64, f64)> {
+        let mse = reconstruction(operators.transport(c.clone(), x0.clone())?, x1.clone());
+        Ok((scalar(mse), scalar(c.abs().sum_dim(1).mean())))
+    };
+    let (location_mse, location_l1) = terms(location)?;
+    let (fista_mse, fista_l1) = terms(solution.coefficients)?;
+    let objective = |mse: f64, l1: f64| mse + settings.l1 * l1;
+    Ok(AmortisationGap {
+        location_mse,
+        location_l1,
+        fista_mse,
+        fista_l1,
+        fista_iterations: solution.iterations,
+        objective_gap: objective(location_mse, location_l1) - objective(fista_mse, fista_l1),
+    })
 }
 
 /// A trained method.
@@ -80,6 +155,10 @@ struct Accumulator {
     l1: f64,
     kl: f64,
     iterations: f64,
+    scale: Vec<f64>,
+    mse_at_location: f64,
+    gap: Option<AmortisationGap>,
+    diagnostic_seconds: f64,
 }
 
 /// Trains `method` on the pairs of `points`; `on_epoch` sees every epoch's figures as they come
@@ -107,28 +186,34 @@ where
     B::seed(device, config.seed);
     let operators = operators_config.init::<B>(device)?;
     let adam = || AdamConfig::new().with_epsilon(1e-8);
+    let fista_settings = FistaConfig::new()
+        .with_l1(config.l1_weight)
+        .with_tolerance(config.fista_tolerance)
+        .with_max_iterations(config.fista_max_iterations)
+        .with_threads(match config.fista_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        });
     let mut trainer = match method {
         Method::Fista => Trainer::Fista {
             operators,
             optim: adam().init(),
-            fista: FistaConfig::new()
-                .with_l1(config.l1_weight)
-                .with_tolerance(config.fista_tolerance)
-                .with_max_iterations(config.fista_max_iterations)
-                .with_threads(match config.fista_threads {
-                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                    n => n,
-                }),
+            fista: fista_settings.clone(),
         },
         Method::Vlgo {
             thresholded,
             samples,
         } => {
             let zeta = if thresholded { config.zeta } else { 0.0 };
+            let input_norm = match config.standardise_encoder_input {
+                true => Some(InputNorm::of_rows(&flat, 3)?),
+                false => None,
+            };
             let mut model = VlgoConfig::new(operators_config)
                 .with_width(config.encoder_width)
                 .with_fixed_prior(config.prior)
-                .with_threshold(Threshold::new(zeta, ThresholdVariant::Noise)?)
+                .with_encoder_input_norm(input_norm)
+                .with_threshold(Threshold::new(zeta, config.threshold_variant)?)
                 .with_samples(samples)
                 .with_beta(config.beta)
                 .init::<B>(device)?;
@@ -146,9 +231,13 @@ where
     let mut epochs = Vec::with_capacity(config.epochs);
     let mut seconds = 0.0;
     let mut step = 0u64;
+    let total_steps = (config.epochs * config.points.div_ceil(config.batch_size)) as u64;
+    let variational = matches!(method, Method::Vlgo { .. });
     for epoch in 0..config.epochs {
         let mut acc = Accumulator::default();
-        for batch in pairs.epoch(config.seed, epoch as u64, config.batch_size) {
+        let batches = pairs.epoch(config.seed, epoch as u64, config.batch_size);
+        let gap_epoch = config.gap_every > 0 && (epoch + 1) % config.gap_every == 0;
+        for (b, batch) in batches.iter().enumerate() {
             let (anchors, partners): (Vec<i32>, Vec<i32>) =
                 batch.iter().map(|&(a, p)| (a as i32, p as i32)).unzip();
             let pick = |idx: &[i32]| {
@@ -156,19 +245,39 @@ where
                     .select(0, Tensor::<B, 1, Int>::from_ints(idx, device))
             };
             let (x0, x1) = (pick(&anchors), pick(&partners));
+            if let (true, true, Trainer::Vlgo { model, .. }) =
+                (gap_epoch, b + 1 == batches.len(), &trainer)
+            {
+                // Before the step, so that location and FISTA see the same operators.
+                let (x0, x1) = (x0.clone().inner(), x1.clone().inner());
+                let location = model.encoder.valid().forward(x0.clone(), x1.clone())?.loc;
+                let operators = model.operators.valid();
+                acc.gap = Some(amortisation_gap(
+                    &operators,
+                    x0,
+                    x1,
+                    location,
+                    &fista_settings,
+                )?);
+            }
+            let lr = config.lr_schedule.factor(step, total_steps);
             let start = Instant::now();
-            trainer.step(config, x0, x1, step, &mut acc)?;
+            trainer.step(config, lr, x0, x1, step, &mut acc)?;
             seconds += start.elapsed().as_secs_f64();
             step += 1;
         }
+        seconds -= acc.diagnostic_seconds;
         let n = acc.batches as f64;
         let metrics = EpochMetrics {
             epoch: epoch + 1,
             mse: acc.mse / n,
             l1: acc.l1 / n,
-            kl: matches!(method, Method::Vlgo { .. }).then(|| acc.kl / n),
+            kl: variational.then(|| acc.kl / n),
             fista_iterations: matches!(method, Method::Fista).then(|| acc.iterations / n),
             seconds,
+            posterior_scale: variational.then(|| acc.scale.iter().map(|s| s / n).collect()),
+            mse_at_location: variational.then(|| acc.mse_at_location / n),
+            gap: acc.gap,
         };
         if !metrics.mse.is_finite() {
             return Err(CliError::Diverged {
@@ -235,17 +344,19 @@ where
     B: AutodiffBackend + ExpmBackend,
     B::InnerBackend: ExpmBackend,
 {
+    /// One training step at `lr_factor` times the configured learning rates.
     fn step(
         &mut self,
         config: &SwissRollConfig,
+        lr_factor: f64,
         x0: Tensor<B, 2>,
         x1: Tensor<B, 2>,
         step: u64,
         acc: &mut Accumulator,
     ) -> Result<()> {
         let (lr_ops, lr_enc, fw) = (
-            config.operator_lr,
-            config.encoder_lr,
+            config.operator_lr * lr_factor,
+            config.encoder_lr * lr_factor,
             config.frobenius_weight,
         );
         match self {
@@ -275,7 +386,27 @@ where
                 optim_encoder,
                 streams,
             } => {
-                let out = model.step(x0, x1, streams, step)?;
+                let out = model.step(x0.clone(), x1.clone(), streams, step)?;
+                // Diagnostics outside the graph (and outside the timing): the squared error at
+                // the location, and the posterior's scale per operator.
+                let diagnostics = Instant::now();
+                let location = out.posterior.loc.clone().inner();
+                let at_location = model
+                    .operators
+                    .valid()
+                    .transport(location, x0.inner())?;
+                acc.mse_at_location += scalar(reconstruction(at_location, x1.inner()));
+                let scale = out.posterior.scale().inner().mean_dim(0);
+                let scale: Vec<f64> = scale
+                    .into_data()
+                    .convert::<f64>()
+                    .to_vec::<f64>()
+                    .unwrap_or_else(|e| unreachable!("a float tensor converts to f64: {e:?}"));
+                acc.scale.resize(scale.len(), 0.0);
+                for (a, s) in acc.scale.iter_mut().zip(scale) {
+                    *a += s;
+                }
+                acc.diagnostic_seconds += diagnostics.elapsed().as_secs_f64();
                 // The step's L_m is a mean over the 3 coordinates; the objective sums them.
                 let mse = out.manifold_loss * 3.0;
                 let loss = mse.clone()

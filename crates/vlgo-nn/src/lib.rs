@@ -10,7 +10,7 @@ pub mod mlp;
 pub mod model;
 pub mod prior;
 
-pub use encoder::{CoefficientEncoder, CoefficientEncoderConfig};
+pub use encoder::{CoefficientEncoder, CoefficientEncoderConfig, InputNorm};
 pub use model::{Vlgo, VlgoConfig, VlgoStep};
 pub use prior::{CoefficientPrior, CoefficientPriorConfig};
 pub use vlgo_core;

@@ -8,7 +8,7 @@ use vlgo_core::{
     warmup_prior,
 };
 
-use crate::encoder::{CoefficientEncoder, CoefficientEncoderConfig};
+use crate::encoder::{CoefficientEncoder, CoefficientEncoderConfig, InputNorm};
 use crate::prior::{CoefficientPrior, CoefficientPriorConfig};
 
 // `#[derive(Config)]` expands to code that names `Result` unqualified.
@@ -50,6 +50,9 @@ pub struct VlgoConfig {
     /// Stop the gradient of the target z1 in L_m (false is the paper's ablation S1).
     #[config(default = true)]
     pub detach_target: bool,
+    /// A fixed standardisation of the encoder's inputs ([`InputNorm`]); none by default.
+    #[config(default = "None")]
+    pub encoder_input_norm: Option<InputNorm>,
 }
 
 impl VlgoConfig {
@@ -87,6 +90,7 @@ impl VlgoConfig {
         CoefficientEncoderConfig::new(self.operators.dim, self.operators.num_operators)
             .with_width(self.width)
             .with_prior(self.fixed_prior)
+            .with_input_norm(self.encoder_input_norm.clone())
     }
 
     /// Builds the model. The operators draw from their own seed; the encoder and prior layers
