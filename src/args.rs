@@ -460,8 +460,9 @@ where
         (true, toml::Value::Integer(i)) => toml::Value::Float(i as f64),
         (_, v) => v,
     };
-    root.try_into().map_err(|e: toml::de::Error| match &retyped {
-        Some(expected) => bad(&format!("{expected} ({})", e.message())),
-        None => bad(&e.to_string()),
-    })
+    root.try_into()
+        .map_err(|e: toml::de::Error| match &retyped {
+            Some(expected) => bad(&format!("{expected} ({})", e.message())),
+            None => bad(&e.to_string()),
+        })
 }

@@ -233,11 +233,13 @@ fn swiss_roll_regime_settings_reach_the_run_and_its_diagnostics() {
         "lr_schedule = \"cosine\"",
         "gap_every = 2",
     ] {
-        assert!(config.contains(line), "{line} not in config.toml:\n{config}");
+        assert!(
+            config.contains(line),
+            "{line} not in config.toml:\n{config}"
+        );
     }
     let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("summary.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(root.join("summary.json")).unwrap()).unwrap();
     // The roll's pooled deviation is several units: the data were divided by it.
     let scale = summary["data_scale"].as_f64().unwrap();
     assert!((3.0..20.0).contains(&scale), "data_scale {scale}");
@@ -265,7 +267,12 @@ fn swiss_roll_regime_settings_reach_the_run_and_its_diagnostics() {
             _ => assert!(l.get("gap").is_none(), "epoch {epoch} has no gap"),
         }
     }
-    assert!(lines.iter().filter(|l| l["method"] == "fista").all(|l| l.get("gap").is_none()));
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l["method"] == "fista")
+            .all(|l| l.get("gap").is_none())
+    );
     rejected(
         &["swiss-roll", "--set", "data_scale=wide"],
         &["data_scale", "wide"],

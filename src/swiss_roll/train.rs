@@ -391,10 +391,7 @@ where
                 // the location, and the posterior's scale per operator.
                 let diagnostics = Instant::now();
                 let location = out.posterior.loc.clone().inner();
-                let at_location = model
-                    .operators
-                    .valid()
-                    .transport(location, x0.inner())?;
+                let at_location = model.operators.valid().transport(location, x0.inner())?;
                 acc.mse_at_location += scalar(reconstruction(at_location, x1.inner()));
                 let scale = out.posterior.scale().inner().mean_dim(0);
                 let scale: Vec<f64> = scale

@@ -52,7 +52,7 @@ impl InputNorm {
     /// The mean and (population) standard deviation of each of `dim` features over the rows of
     /// `values` (row-major); a feature without spread gets a deviation of 1.
     pub fn of_rows(values: &[f32], dim: usize) -> VlgoResult<Self> {
-        if dim == 0 || values.is_empty() || values.len() % dim != 0 {
+        if dim == 0 || values.is_empty() || !values.len().is_multiple_of(dim) {
             return Err(VlgoError::invalid(
                 "input rows",
                 format!("{} values of dimension {dim}", values.len()),
@@ -92,12 +92,17 @@ impl InputNorm {
                 "one of each per feature",
             ));
         }
-        let bad = self.mean.iter().find(|m| !m.is_finite()).copied().or_else(|| {
-            self.std
-                .iter()
-                .find(|s| !(s.is_finite() && **s > 0.0))
-                .copied()
-        });
+        let bad = self
+            .mean
+            .iter()
+            .find(|m| !m.is_finite())
+            .copied()
+            .or_else(|| {
+                self.std
+                    .iter()
+                    .find(|s| !(s.is_finite() && **s > 0.0))
+                    .copied()
+            });
         match bad {
             Some(v) => Err(VlgoError::invalid(
                 "input_norm",
@@ -232,9 +237,8 @@ mod tests {
             (z - mean) / std
         };
         let b = without.forward(standard(z0), standard(z1)).unwrap();
-        let diff = |x: Tensor<B, 2>, y: Tensor<B, 2>| -> f32 {
-            x.sub(y).abs().max().into_scalar().elem()
-        };
+        let diff =
+            |x: Tensor<B, 2>, y: Tensor<B, 2>| -> f32 { x.sub(y).abs().max().into_scalar().elem() };
         assert!(diff(a.loc.clone(), b.loc.clone()) < 1e-5);
         assert!(diff(a.log_scale.clone(), b.log_scale) < 1e-5);
         // And the norm does change what the encoder sees.

@@ -4,9 +4,9 @@
 
 use burn::module::Param;
 use burn::prelude::*;
-use vlgo_core::layers::{LayerBackend, batched_linear};
 use rand::Rng;
 use rand::rngs::StdRng;
+use vlgo_core::layers::{LayerBackend, batched_linear};
 
 /// `splits` independent MLPs d -> hidden -> C in batched parameters.
 #[derive(Module, Debug)]

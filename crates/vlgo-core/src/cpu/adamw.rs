@@ -2,7 +2,6 @@
 //! read once and written once, where Burn's optimiser makes about fourteen passes, each into a
 //! fresh buffer (measured on the semi-supervised classifier: a tenth of its step).
 
-
 use rayon::prelude::*;
 
 use crate::layers::AdamWStep;
@@ -26,7 +25,11 @@ pub(crate) fn step(
     let (c1, c2) = (1.0 - b1.powi(hp.time), 1.0 - b2.powi(hp.time));
     let lr = hp.lr as f32;
     let keep = (1.0 - hp.lr * f64::from(hp.weight_decay)) as f32;
-    let mut outs = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
+    let mut outs = [
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    ];
     {
         let [p_out, m_out, v_out] = outs.each_mut().map(|o| &mut o.spare_capacity_mut()[..n]);
         p_out
@@ -74,7 +77,12 @@ mod tests {
             weight_decay: 0.05,
             time: 2,
         };
-        let (p, g, m, v) = ([1.0f32, -2.0], [0.5f32, -0.25], [0.1f32, 0.0], [0.01f32, 0.2]);
+        let (p, g, m, v) = (
+            [1.0f32, -2.0],
+            [0.5f32, -0.25],
+            [0.1f32, 0.0],
+            [0.01f32, 0.2],
+        );
         let (pn, mn, vn) = step(&p, &g, &m, &v, &hp);
         for i in 0..2 {
             let m1 = 0.9 * m[i] + 0.1 * g[i];

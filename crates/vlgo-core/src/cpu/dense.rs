@@ -53,7 +53,9 @@ where
     if s.parallel_products() {
         data.chunks_mut(len).enumerate().for_each(|(j, c)| f(j, c));
     } else {
-        data.par_chunks_mut(len).enumerate().for_each(|(j, c)| f(j, c));
+        data.par_chunks_mut(len)
+            .enumerate()
+            .for_each(|(j, c)| f(j, c));
     }
 }
 
@@ -83,7 +85,10 @@ pub(crate) fn forward(
     };
     let parallel = s.parallel_products();
     per_split(s, &mut y, s.y(), |j, yj| {
-        let (xj, wj) = (&x[j * s.x()..(j + 1) * s.x()], &w[j * s.w()..(j + 1) * s.w()]);
+        let (xj, wj) = (
+            &x[j * s.x()..(j + 1) * s.x()],
+            &w[j * s.w()..(j + 1) * s.w()],
+        );
         // SAFETY: xj is [n, k], wj [k, m] and yj [n, m], all row-major.
         unsafe {
             product(
@@ -146,17 +151,19 @@ pub(crate) fn backward(
         let mut db = vec![0.0f32; s.splits * m];
         // Column blocks of every layer, each summed over its rows in order.
         let block = 256.min(m.max(1));
-        db.par_chunks_mut(m.max(1)).enumerate().for_each(|(j, dbj)| {
-            let pj = &pre[j * s.y()..(j + 1) * s.y()];
-            dbj.par_chunks_mut(block).enumerate().for_each(|(c, out)| {
-                let (c0, width) = (c * block, out.len());
-                for row in pj.chunks_exact(m) {
-                    for (o, v) in out.iter_mut().zip(&row[c0..c0 + width]) {
-                        *o += v;
+        db.par_chunks_mut(m.max(1))
+            .enumerate()
+            .for_each(|(j, dbj)| {
+                let pj = &pre[j * s.y()..(j + 1) * s.y()];
+                dbj.par_chunks_mut(block).enumerate().for_each(|(c, out)| {
+                    let (c0, width) = (c * block, out.len());
+                    for row in pj.chunks_exact(m) {
+                        for (o, v) in out.iter_mut().zip(&row[c0..c0 + width]) {
+                            *o += v;
+                        }
                     }
-                }
+                });
             });
-        });
         db
     });
     // SAFETY (both products): every layer's block is written by its product.
@@ -166,7 +173,10 @@ pub(crate) fn backward(
                 return;
             }
             per_split(s, dw, s.w(), |j, dwj| {
-                let (xj, pj) = (&x[j * s.x()..(j + 1) * s.x()], &pre[j * s.y()..(j + 1) * s.y()]);
+                let (xj, pj) = (
+                    &x[j * s.x()..(j + 1) * s.x()],
+                    &pre[j * s.y()..(j + 1) * s.y()],
+                );
                 // dW [k, m] = x^T [k, n] dpre [n, m]; xj is [n, k] read transposed.
                 product_into(
                     (k, m, n),
@@ -185,7 +195,10 @@ pub(crate) fn backward(
                 return;
             }
             per_split(s, dx, s.x(), |j, dxj| {
-                let (wj, pj) = (&w[j * s.w()..(j + 1) * s.w()], &pre[j * s.y()..(j + 1) * s.y()]);
+                let (wj, pj) = (
+                    &w[j * s.w()..(j + 1) * s.w()],
+                    &pre[j * s.y()..(j + 1) * s.y()],
+                );
                 // dx [n, k] = dpre [n, m] W^T [m, k]; wj is [k, m] read transposed.
                 product_into(
                     (n, k, m),
@@ -228,7 +241,11 @@ mod tests {
 
     fn values(len: usize, seed: u32) -> Vec<f32> {
         (0..len)
-            .map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 1000) as f32 / 500.0 - 1.0)
+            .map(|i| {
+                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 1000) as f32
+                    / 500.0
+                    - 1.0
+            })
             .collect()
     }
 
@@ -249,7 +266,11 @@ mod tests {
             for slope in [None, Some(0.01)] {
                 let got = forward(&s, &x, &w, &b, slope);
                 let want = naive(&s, &x, &w, &b, slope);
-                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                let err = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
                 assert!(err < 1e-4, "splits {splits}, slope {slope:?}: {err}");
             }
         }

@@ -364,7 +364,12 @@ mod kernels {
             );
         };
         let slope = negative_slope.map(|a| a as f32);
-        let (x, w, y, g) = (B::read(&x), B::read(&weight), B::read(&output), B::read(&grad));
+        let (x, w, y, g) = (
+            B::read(&x),
+            B::read(&weight),
+            B::read(&output),
+            B::read(&grad),
+        );
         let (dx, dw, db) = dense::backward(&s, &x, &w, &y, &g, slope, want);
         [
             dx.map(|d| B::make(d, &[s.splits, s.rows, s.inputs])),
@@ -382,7 +387,9 @@ mod kernels {
     ) -> [FloatTensor<B>; 3] {
         let shape = param.shape();
         let fits = f32s::<B>(&[&param, &grad, &moment_1, &moment_2])
-            && [&grad, &moment_1, &moment_2].iter().all(|t| t.shape() == shape);
+            && [&grad, &moment_1, &moment_2]
+                .iter()
+                .all(|t| t.shape() == shape);
         if !fits {
             return tensor_ops::adamw_step::<B>(param, grad, moment_1, moment_2, hp);
         }

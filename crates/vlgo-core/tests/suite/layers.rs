@@ -244,7 +244,11 @@ fn batched_linear_and_its_gradients_match_burn() {
         let normal = |dims: [usize; 3]| {
             Tensor::<AD, 3>::random(dims, Distribution::Normal(0.0, 1.0), &device)
         };
-        let (x, w, b) = (normal([splits, 7, 5]), normal([splits, 5, 300]), normal([splits, 1, 300]));
+        let (x, w, b) = (
+            normal([splits, 7, 5]),
+            normal([splits, 5, 300]),
+            normal([splits, 1, 300]),
+        );
         let g = normal([splits, 7, 300]);
         let run = |ours: bool| {
             let (x, w, b) = (
@@ -267,11 +271,20 @@ fn batched_linear_and_its_gradients_match_burn() {
         };
         let ((y, ours), (y_ref, theirs)) = (run(true), run(false));
         let scale = max_abs(y_ref.clone());
-        assert!(max_diff(y, y_ref) <= 1e-5 * scale, "{splits} splits: output");
-        for (name, (a, b)) in ["x", "weight", "bias"].iter().zip(ours.into_iter().zip(theirs)) {
+        assert!(
+            max_diff(y, y_ref) <= 1e-5 * scale,
+            "{splits} splits: output"
+        );
+        for (name, (a, b)) in ["x", "weight", "bias"]
+            .iter()
+            .zip(ours.into_iter().zip(theirs))
+        {
             let scale = max_abs(b.clone());
             let diff = max_diff(a, b);
-            assert!(diff <= 1e-5 * scale, "{splits} splits, slope {slope:?}: {name} {diff}");
+            assert!(
+                diff <= 1e-5 * scale,
+                "{splits} splits, slope {slope:?}: {name} {diff}"
+            );
         }
     }
 }
@@ -291,7 +304,9 @@ fn fused_adamw_takes_burns_adamw_steps() {
     let train = |fused: bool| {
         let mut model = start.clone();
         let mut burns = AdamWConfig::new().with_weight_decay(0.05).init::<AD, _>();
-        let mut ours = FusedAdamWConfig::new().with_weight_decay(0.05).init::<AD, _>();
+        let mut ours = FusedAdamWConfig::new()
+            .with_weight_decay(0.05)
+            .init::<AD, _>();
         for _ in 0..4 {
             let loss = model.forward(x.clone()).tanh().sum();
             let grads = GradientsParams::from_grads(loss.backward(), &model);
