@@ -77,8 +77,9 @@ impl fmt::Display for Method {
 
 /// What the roll's coordinates are divided by before training: a factor s (1 keeps the raw
 /// roll, whose coordinates reach about 14), or `"unit"`, the pooled standard deviation of the
-/// three coordinates, so that the set has unit variance. Dividing the data by s is the same as
-/// multiplying the l1, Frobenius and KL weights by s^2 (and the learning rates' reach by s).
+/// three coordinates, so that the set has unit variance. For the objective, dividing the data by
+/// s is the same as multiplying the l1, Frobenius and KL weights by s^2 (Adam's steps do not
+/// depend on the loss's overall scale); the encoder, though, reads the divided coordinates.
 ///
 /// In `config.toml` and `--set`: a number or `"unit"`.
 ///
@@ -155,21 +156,34 @@ impl Serialize for DataScale {
 
 impl<'de> Deserialize<'de> for DataScale {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(f64),
-            Integer(i64),
-            Name(String),
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = DataScale;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a number > 0 or \"unit\"")
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<DataScale, E> {
+                Ok(DataScale::Factor(v))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<DataScale, E> {
+                Ok(DataScale::Factor(v as f64))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<DataScale, E> {
+                Ok(DataScale::Factor(v as f64))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<DataScale, E> {
+                match v {
+                    "unit" => Ok(DataScale::UnitVariance),
+                    other => Err(E::invalid_value(serde::de::Unexpected::Str(other), &self)),
+                }
+            }
         }
-        match Raw::deserialize(deserializer)? {
-            Raw::Number(s) => Ok(Self::Factor(s)),
-            Raw::Integer(s) => Ok(Self::Factor(s as f64)),
-            Raw::Name(name) if name == "unit" => Ok(Self::UnitVariance),
-            Raw::Name(other) => Err(serde::de::Error::custom(format!(
-                "data_scale {other:?}: expected a number > 0 or \"unit\""
-            ))),
-        }
+        deserializer.deserialize_any(Visitor)
     }
 }
 
@@ -180,7 +194,7 @@ pub enum LrSchedule {
     /// The configured rates throughout (the paper's).
     #[default]
     Constant,
-    /// Cosine decay from the configured rates to 0 at the last step.
+    /// Cosine decay from the configured rates toward 0 (reached just after the last step).
     Cosine,
 }
 

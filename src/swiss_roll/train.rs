@@ -58,8 +58,9 @@ pub struct AmortisationGap {
     pub fista_l1: f64,
     /// FISTA's iterations.
     pub fista_iterations: usize,
-    /// The objective at the location minus the objective at FISTA's solution (>= 0 up to
-    /// FISTA's tolerance; 0 when the location is FISTA's solution).
+    /// The objective at the location minus the objective at FISTA's solution: 0 when the
+    /// location is FISTA's solution, usually > 0; it can be negative, since the objective is not
+    /// convex in c and FISTA from c = 0 may stop in a worse local minimum than the location.
     pub objective_gap: f64,
 }
 
@@ -388,7 +389,8 @@ where
             } => {
                 let out = model.step(x0.clone(), x1.clone(), streams, step)?;
                 // Diagnostics outside the graph (and outside the timing): the squared error at
-                // the location, and the posterior's scale per operator.
+                // the location, and the posterior's scale per operator. On the CPU backends the
+                // step has run by now; an asynchronous backend would need a sync first.
                 let diagnostics = Instant::now();
                 let location = out.posterior.loc.clone().inner();
                 let at_location = model.operators.valid().transport(location, x0.inner())?;

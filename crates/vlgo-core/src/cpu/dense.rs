@@ -104,9 +104,10 @@ pub(crate) fn forward(
     });
     if let Some(a) = slope {
         y.par_chunks_mut(CHUNK).for_each(|c| {
-            // Branch-free so that it vectorises: the signs are random.
+            // A select on every entry, so that it vectorises (the signs are random) and a NaN
+            // stays NaN.
             for v in c {
-                *v = v.max(0.0) + a * v.min(0.0);
+                *v = if *v < 0.0 { a * *v } else { *v };
             }
         });
     }
@@ -126,8 +127,14 @@ pub(crate) fn backward(
     want: [bool; 3],
 ) -> (Option<Vec<f32>>, Option<Vec<f32>>, Option<Vec<f32>>) {
     let (n, k, m) = (s.rows, s.inputs, s.outputs);
+    assert_eq!(
+        y.len(),
+        grad.len(),
+        "the output and its adjoint have one shape"
+    );
     // The adjoint before the activation: LeakyReLU's derivative is 1 where the output is
-    // positive and the slope elsewhere.
+    // positive and the slope elsewhere (for a slope >= 0, the output's sign is the input's).
+    debug_assert!(slope.is_none_or(|a| a >= 0.0));
     let pre: std::borrow::Cow<'_, [f32]> = match slope {
         None => grad.into(),
         // SAFETY: the zipped chunks cover the whole buffer, each entry written once.

@@ -68,7 +68,7 @@ pub(crate) unsafe fn product_into(
     let (m, n, k) = dims;
     debug_assert!(m == 0 || dst.len() >= (m - 1) * ld + n);
     if k == 0 {
-        // An empty sum: gemm would leave dst as it is.
+        // An empty sum: zeros, written here rather than left to gemm's handling of k = 0.
         for row in dst.chunks_mut(ld.max(1)).take(m) {
             row[..n].fill(MaybeUninit::new(0.0));
         }

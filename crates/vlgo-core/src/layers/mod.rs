@@ -175,7 +175,10 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
 
 /// `act(x w + b)` for S independent fully connected layers at once: x [S, N, K], `weight`
 /// [S, K, M] and `bias` [S, 1, M] give [S, N, M], where act is LeakyReLU with `negative_slope`
-/// when given and the identity otherwise; differentiable on `Autodiff` (one node).
+/// (>= 0) when given and the identity otherwise; differentiable on `Autodiff` (one node).
+///
+/// # Panics
+/// When the shapes are not those above (no broadcasting), or the slope is negative.
 ///
 /// On `Flex` and `NdArray` in f32 it runs the kernel of `cpu::dense` (the bias as the product's
 /// starting value, the activation in place, its derivative from the output's sign); elsewhere,
@@ -201,6 +204,19 @@ pub fn batched_linear<B: LayerBackend>(
     bias: Tensor<B, 3>,
     negative_slope: Option<f64>,
 ) -> Tensor<B, 3> {
+    let ([s, _, k], [sw, kw, m], b) = (x.dims(), weight.dims(), bias.dims());
+    assert!(
+        sw == s && kw == k && b == [s, 1, m],
+        "batched_linear: expected x [S, N, K], weight [S, K, M], bias [S, 1, M]; got {:?}, \
+         {:?}, {:?}",
+        x.dims(),
+        weight.dims(),
+        b
+    );
+    assert!(
+        negative_slope.is_none_or(|a| a >= 0.0),
+        "batched_linear: the LeakyReLU slope must be >= 0, got {negative_slope:?}"
+    );
     wrap(B::batched_linear(
         unwrap(x),
         unwrap(weight),
