@@ -70,10 +70,14 @@ pub struct AmortisationGap {
 /// use burn::backend::NdArray;
 /// use burn::prelude::*;
 /// use vlgo::swiss_roll::amortisation_gap;
-/// use vlgo_core::{FistaConfig, LieOperatorsConfig, fista};
+/// use vlgo_core::{FistaConfig, LieOperatorsConfig, OperatorInit, fista};
 ///
 /// let device = Default::default();
-/// let ops = LieOperatorsConfig::new(2, 3).with_seed(1).init::<NdArray>(&device).unwrap();
+/// let ops = LieOperatorsConfig::new(2, 3)
+///     .with_init(OperatorInit::Normal { std: 0.3 })
+///     .with_seed(1)
+///     .init::<NdArray>(&device)
+///     .unwrap();
 /// let x0 = Tensor::<NdArray, 2>::from_floats([[1.0, 0.5, -0.2], [0.3, -1.0, 0.8]], &device);
 /// let c = Tensor::<NdArray, 2>::from_floats([[0.8, 0.0], [0.0, -0.6]], &device);
 /// let x1 = ops.transport(c, x0.clone()).unwrap();
