@@ -7,7 +7,7 @@ use manifoldclr::semisup::SemisupMethod;
 use crate::diagnostics::Diagnostic;
 use crate::error::{CliError, Result};
 use crate::pretrain::ImageRunConfig;
-use crate::swiss_roll::SwissRollConfig;
+use crate::swiss_roll::{Study, SwissRollConfig};
 
 /// Usage text.
 pub const USAGE: &str = "\
@@ -37,6 +37,11 @@ swiss-roll options:
   --methods A,B,..   methods to run: fista, laplace_j<J>, thresholded_j<J>
   --set KEY=VALUE    any other setting of the resolved config.toml (repeatable), e.g.
                      --set encoder_lr=3e-3 --set prior.scale=0.05
+  --grid KEY=V1,V2   one run per value (repeatable: every combination), into --out DIR
+                     (default: runs/swiss-roll[-full]-seed<N>-grid-<keys>); linked settings
+                     move together: --grid beta:prior.scale=5e-3:0.01,5e-4:1e-3. Each method
+                     is trained once per setting that matters to it; an interrupted grid
+                     resumes; writes study.md: the paper's four conclusions per regime
 
 pretrain options:
   --config FILE      the run's settings, e.g. configs/fashion-mnist-simclr-mlp-cpu.toml
@@ -96,6 +101,8 @@ pub enum Command {
         /// Whether `--full` was given (names the default folder).
         full: bool,
     },
+    /// The swiss-roll experiment over a grid of settings.
+    SwissRollGrid(Box<Study>),
     /// Image pre-training.
     Pretrain {
         /// Settings.
@@ -212,10 +219,12 @@ fn parse_swiss_roll(args: &[String]) -> Result<Command> {
         SwissRollConfig::reduced()
     };
     let mut out = None;
+    let mut axes = Vec::new();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--full" => {}
+            "--grid" => axes.push(crate::sweep::Axis::parse(value(flag, &mut it)?)?),
             "--out" => out = Some(PathBuf::from(value(flag, &mut it)?)),
             "--seed" => config.seed = number(flag, value(flag, &mut it)?)?,
             "--epochs" => config.epochs = number(flag, value(flag, &mut it)?)?,
@@ -239,6 +248,16 @@ fn parse_swiss_roll(args: &[String]) -> Result<Command> {
         }
     }
     config.validate()?;
+    if !axes.is_empty() {
+        let out = out.unwrap_or_else(|| Study::default_out(full, config.seed, &axes));
+        let study = Study {
+            base: config,
+            axes,
+            out,
+        };
+        study.regimes()?;
+        return Ok(Command::SwissRollGrid(Box::new(study)));
+    }
     Ok(Command::SwissRoll {
         config: Box::new(config),
         out,

@@ -39,6 +39,12 @@ fn main() -> ExitCode {
             let out = out.unwrap_or_else(|| default_out_dir(full, config.seed));
             swiss_roll::run::<Autodiff<Cpu>>(&config, &out, &Default::default()).map(|_| ())
         }
+        Command::SwissRollGrid(study) => {
+            let text = study.run::<Autodiff<Cpu>>(&Default::default())?;
+            println!("{text}");
+            println!("study folder: {}", study.out.display());
+            Ok(())
+        }
         Command::Pretrain {
             config,
             out,

@@ -19,21 +19,27 @@ use crate::plot::{Band, band_chart};
 use crate::pretrain::{ImageRunConfig, data::has_checkpoint, pretrain};
 use crate::stats::mean_std;
 
-/// One swept setting: its dotted key and the values it takes, as written on the command line.
+/// One swept setting, or several linked ones that move together: its dotted key (linked keys
+/// joined by `:`) and the values it takes, as written on the command line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Axis {
-    /// The dotted key, e.g. `pretrain.model.manifold.lambda`.
+    /// The dotted key, e.g. `pretrain.model.manifold.lambda`, or linked keys such as
+    /// `beta:prior.scale`.
     pub key: String,
-    /// Its values, in the given order.
+    /// Its values, in the given order (for linked keys, one part per key joined by `:`).
     pub values: Vec<String>,
 }
 
 impl Axis {
-    /// Parses `KEY=V1,V2,...`.
+    /// Parses `KEY=V1,V2,...`, or `KEY1:KEY2=V1:W1,V2:W2,...` for settings that move together.
     ///
     /// ```
     /// let a = vlgo::sweep::Axis::parse("pretrain.model.manifold.lambda=1,10").unwrap();
-    /// assert_eq!((a.name(), a.values.len()), ("lambda", 2));
+    /// assert_eq!((a.name(), a.values.len()), ("lambda".to_string(), 2));
+    /// let b = vlgo::sweep::Axis::parse("beta:prior.scale=5e-3:0.01,0:0.01").unwrap();
+    /// assert_eq!(b.name(), "beta:scale");
+    /// assert_eq!(b.settings("0:0.01"), ["beta=0", "prior.scale=0.01"]);
+    /// assert!(vlgo::sweep::Axis::parse("beta:prior.scale=5e-3").is_err());
     /// ```
     pub fn parse(text: &str) -> Result<Self> {
         let bad = |why: &str| CliError::invalid("--grid", format!("{text:?}"), why);
@@ -41,8 +47,15 @@ impl Axis {
             .split_once('=')
             .ok_or_else(|| bad("expected KEY=V1,V2,..."))?;
         let values: Vec<String> = values.split(',').map(|v| v.trim().to_string()).collect();
-        if key.trim().is_empty() || values.iter().any(String::is_empty) {
+        let keys: Vec<&str> = key.split(':').map(str::trim).collect();
+        if keys.iter().any(|k| k.is_empty()) || values.iter().any(String::is_empty) {
             return Err(bad("expected KEY=V1,V2,... with a key and no empty value"));
+        }
+        if values.iter().any(|v| v.split(':').count() != keys.len()) {
+            return Err(bad(&format!(
+                "one part per linked key in every value ({} keys, parts joined by ':')",
+                keys.len()
+            )));
         }
         let mut seen = values.clone();
         seen.sort();
@@ -51,14 +64,59 @@ impl Axis {
             return Err(bad("expected distinct values"));
         }
         Ok(Self {
-            key: key.trim().to_string(),
+            key: keys.join(":"),
             values,
         })
     }
 
-    /// The key's last part, which names folders, columns and plots.
-    pub fn name(&self) -> &str {
-        self.key.rsplit('.').next().unwrap_or(&self.key)
+    /// The keys (one, or the linked ones).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.key.split(':')
+    }
+
+    /// The last part of each key, joined by `:`: names folders, columns and plots.
+    pub fn name(&self) -> String {
+        let last = |k: &str| k.rsplit('.').next().unwrap_or(k).to_string();
+        self.keys().map(last).collect::<Vec<_>>().join(":")
+    }
+
+    /// The `KEY=VALUE` assignments of one of its values.
+    pub fn settings(&self, value: &str) -> Vec<String> {
+        self.keys()
+            .zip(value.split(':'))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect()
+    }
+
+    /// Every combination of the axes' values, the last axis varying fastest.
+    pub fn grid(axes: &[Axis]) -> Vec<Vec<String>> {
+        let mut combos: Vec<Vec<String>> = vec![Vec::new()];
+        for axis in axes {
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    axis.values.iter().map(move |v| {
+                        let mut c = c.clone();
+                        c.push(v.clone());
+                        c
+                    })
+                })
+                .collect();
+        }
+        combos
+    }
+
+    /// Whether two axes share a name (each names folders and columns) or a key.
+    pub fn clash(axes: &[Axis]) -> Option<String> {
+        let mut names = HashSet::new();
+        let mut keys = HashSet::new();
+        for a in axes {
+            if !names.insert(a.name()) || a.keys().any(|k| !keys.insert(k.to_string())) {
+                let all: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
+                return Some(all.join(", "));
+            }
+        }
+        None
     }
 }
 
@@ -94,7 +152,7 @@ impl Sweep {
         let stem = config_path
             .file_stem()
             .map_or("run".into(), |s| s.to_string_lossy());
-        let names: Vec<&str> = axes.iter().map(Axis::name).collect();
+        let names: Vec<String> = axes.iter().map(Axis::name).collect();
         PathBuf::from("runs").join(format!("{stem}-sweep-{}", names.join("-")))
     }
 
@@ -120,40 +178,33 @@ impl Sweep {
             ));
         }
         // Names label folders, columns and plots: two axes may not share one.
-        if !distinct(self.axes.iter().map(|a| a.name().to_string()).collect()) {
-            let keys: Vec<&str> = self.axes.iter().map(|a| a.key.as_str()).collect();
+        if let Some(keys) = Axis::clash(&self.axes) {
             return Err(CliError::invalid(
                 "--grid",
-                keys.join(", "),
+                keys,
                 "settings whose last names differ (each names its folders, columns and plots)",
             ));
         }
-        if let Some(a) = self.axes.iter().find(|a| a.key == "pretrain.seed") {
+        if let Some(a) = self
+            .axes
+            .iter()
+            .find(|a| a.keys().any(|k| k == "pretrain.seed"))
+        {
             return Err(CliError::invalid(
                 "--grid",
                 &a.key,
                 "another setting (seeds are swept with --seeds)",
             ));
         }
-        let mut combos: Vec<Vec<String>> = vec![Vec::new()];
-        for axis in &self.axes {
-            combos = combos
-                .into_iter()
-                .flat_map(|c| {
-                    axis.values.iter().map(move |v| {
-                        let mut c = c.clone();
-                        c.push(v.clone());
-                        c
-                    })
-                })
-                .collect();
-        }
+        let combos = Axis::grid(&self.axes);
         let mut points = Vec::new();
         for values in combos {
             for &seed in &self.seeds {
                 let mut config = self.base.clone();
                 for (axis, v) in self.axes.iter().zip(&values) {
-                    config = set(&config, &format!("{}={v}", axis.key))?;
+                    for assignment in axis.settings(v) {
+                        config = set(&config, &assignment)?;
+                    }
                 }
                 config = set(&config, &format!("pretrain.seed={seed}"))?;
                 config.validate()?;
@@ -230,7 +281,7 @@ impl Sweep {
     /// The markdown table: one row per grid point, mean ± sample standard deviation over its
     /// seeds.
     pub fn table(&self, rows: &[(Vec<String>, RunFigures)]) -> String {
-        let names: Vec<&str> = self.axes.iter().map(Axis::name).collect();
+        let names: Vec<String> = self.axes.iter().map(Axis::name).collect();
         let mut out = format!(
             "| {} | method | seeds | pre-training s (slowest) | probe top-1 | kNN top-1 | \
              effective rank | min step rank (2nd half) | max DI (2nd half) |\n|{}\n",
@@ -309,7 +360,7 @@ impl Sweep {
                     })
                     .collect();
                 let x_label = match numeric {
-                    Some(_) => axis.name().to_string(),
+                    Some(_) => axis.name(),
                     None => format!("{} ({})", axis.name(), axis.values.join(", ")),
                 };
                 band_chart(

@@ -280,6 +280,143 @@ fn swiss_roll_regime_settings_reach_the_run_and_its_diagnostics() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+fn grid_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "swiss-roll",
+        "--points",
+        "300",
+        "--k1",
+        "5",
+        "--k2",
+        "15",
+        "--epochs",
+        "2",
+        "--methods",
+        "fista,laplace_j2,thresholded_j2",
+        "--set",
+        "batch_size=100",
+        "--set",
+        "fista_max_iterations=20",
+        "--grid",
+        "beta:prior.scale=5e-3:0.01,0:0.02",
+        "--grid",
+        "threshold_variant=noise,sample",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn swiss_roll_grid_trains_each_method_once_resumes_and_writes_its_study() {
+    let root = std::env::temp_dir().join(format!("vlgo-cli-grid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let out_arg = root.to_str().unwrap();
+    // Bad axes are named before anything is written.
+    rejected(
+        &grid_args(out_arg, &["--grid", "nonsense=1,2"]),
+        &["nonsense"],
+    );
+    rejected(
+        &grid_args(out_arg, &["--grid", "zeta:encoder_lr=0.1"]),
+        &["one part per linked key"],
+    );
+    rejected(
+        &grid_args(out_arg, &["--grid", "zeta=0.1,-1"]),
+        &["zeta", "-1"],
+    );
+    assert!(!root.exists(), "nothing written for a refused grid");
+
+    let out = vlgo(&grid_args(out_arg, &[]));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let folder = |b: &str, t: &str| root.join(format!("beta:scale={b},threshold_variant={t}"));
+    let trained = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = summary_figures_of(dir)["methods"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    };
+    // FISTA ignores the KL, the prior and the threshold; plain Laplace ignores the threshold.
+    assert_eq!(
+        trained(&folder("5e-3:0.01", "noise")),
+        ["fista", "laplace_j2", "thresholded_j2"]
+    );
+    assert_eq!(trained(&folder("5e-3:0.01", "sample")), ["thresholded_j2"]);
+    assert_eq!(
+        trained(&folder("0:0.02", "noise")),
+        ["laplace_j2", "thresholded_j2"]
+    );
+    assert_eq!(trained(&folder("0:0.02", "sample")), ["thresholded_j2"]);
+    let config = std::fs::read_to_string(folder("0:0.02", "noise").join("config.toml")).unwrap();
+    assert!(
+        config.contains("beta = 0.0") && config.contains("scale = 0.02"),
+        "{config}"
+    );
+    let study = std::fs::read_to_string(root.join("study.md")).unwrap();
+    assert!(stdout.contains(&study), "{stdout}");
+    // One row per regime in the conclusions table, each with a verdict on the four.
+    let rows: Vec<&str> = study
+        .lines()
+        .filter(|l| l.starts_with("| 5e-3:0.01 |") || l.starts_with("| 0:0.02 |"))
+        .collect();
+    assert_eq!(rows.len(), 4 + 4 + 4 * 3, "{study}");
+    assert!(
+        rows[..4]
+            .iter()
+            .all(|r| r.matches("no:").count() + r.matches("**yes**:").count() == 4)
+    );
+    // Every regime reports the same FISTA: its cell of the MSE table is one value.
+    let fista_cells: Vec<&str> = rows[4..8]
+        .iter()
+        .map(|r| r.split(" | ").nth(3).unwrap())
+        .collect();
+    assert!(
+        fista_cells.iter().all(|c| *c == fista_cells[0]),
+        "{fista_cells:?}"
+    );
+
+    // An interrupted regime is trained again, the others skipped; the figures repeat.
+    let kept = std::fs::read(folder("5e-3:0.01", "noise").join("summary.json")).unwrap();
+    let before = summary_figures_of(&folder("0:0.02", "sample"));
+    std::fs::remove_file(folder("0:0.02", "sample").join("summary.json")).unwrap();
+    let again = vlgo(&grid_args(out_arg, &[]));
+    assert!(again.status.success());
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(stdout.matches("finished, skipped").count(), 3, "{stdout}");
+    assert_eq!(
+        std::fs::read(folder("5e-3:0.01", "noise").join("summary.json")).unwrap(),
+        kept
+    );
+    let after = summary_figures_of(&folder("0:0.02", "sample"));
+    let mse = |v: &Value| {
+        v["methods"]["thresholded_j2"]["final_mse"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(mse(&before), mse(&after));
+
+    // Other settings into the same folder are refused, with nothing changed.
+    rejected(
+        &grid_args(out_arg, &["--set", "encoder_lr=1e-3"]),
+        &["holds another run"],
+    );
+    assert_eq!(
+        std::fs::read(folder("5e-3:0.01", "noise").join("summary.json")).unwrap(),
+        kept
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 const TINY_CONFIG: &str = r#"
 dataset = "fashion-mnist"
 image_size = 12

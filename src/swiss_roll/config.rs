@@ -342,6 +342,45 @@ impl SwissRollConfig {
         }
     }
 
+    /// These settings with `methods` set to `method` alone and every setting that cannot change
+    /// how `method` trains put back to the default: FISTA ignores the encoder, the KL, the prior,
+    /// the threshold and the gap diagnostic; plain Laplace ignores the threshold; the paths'
+    /// extent is for plots only. Two configs train `method` identically when these agree (the
+    /// runs are deterministic), so a grid trains it once (see [`super::Study`]).
+    ///
+    /// ```
+    /// use vlgo::swiss_roll::{Method, SwissRollConfig};
+    /// let mut low_beta = SwissRollConfig::reduced();
+    /// low_beta.beta = 5e-4;
+    /// let base = SwissRollConfig::reduced();
+    /// assert_eq!(low_beta.for_method(Method::Fista), base.for_method(Method::Fista));
+    /// let j5 = Method::parse("laplace_j5").unwrap();
+    /// assert_ne!(low_beta.for_method(j5), base.for_method(j5));
+    /// ```
+    pub fn for_method(&self, method: Method) -> Self {
+        let d = Self::reduced();
+        let mut c = self.clone();
+        c.methods = vec![method.to_string()];
+        c.path_extent = d.path_extent;
+        if let Method::Fista
+        | Method::Vlgo {
+            thresholded: false, ..
+        } = method
+        {
+            c.zeta = d.zeta;
+            c.threshold_variant = d.threshold_variant;
+        }
+        if method == Method::Fista {
+            c.encoder_lr = d.encoder_lr;
+            c.encoder_width = d.encoder_width;
+            c.beta = d.beta;
+            c.prior = d.prior;
+            c.standardise_encoder_input = d.standardise_encoder_input;
+            c.gap_every = d.gap_every;
+        }
+        c
+    }
+
     /// The parsed methods, after every setting is checked.
     pub fn validate(&self) -> Result<Vec<Method>> {
         let positive = [

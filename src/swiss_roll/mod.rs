@@ -4,6 +4,7 @@
 //! `docs/swiss-roll.md` the choices and results.
 
 mod config;
+mod grid;
 mod report;
 mod train;
 
@@ -16,6 +17,7 @@ use vlgo_core::{ExpmBackend, LieOperators, OperatorForm};
 use vlgo_datasets::NeighbourPairs;
 
 pub use config::{DataScale, LrSchedule, Method, SwissRollConfig};
+pub use grid::{Conclusion, PAPER_SAMPLES, Regime, RegimeResults, Study};
 pub use report::{MethodSummary, Summary};
 pub use train::{AmortisationGap, EpochMetrics, MethodRun, amortisation_gap, train_method};
 

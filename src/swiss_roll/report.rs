@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use vlgo_core::{ExpmBackend, LieOperators};
 
@@ -22,6 +22,7 @@ pub(super) fn metrics_line(method: Method, m: &EpochMetrics, batches: usize) -> 
         "step": m.epoch * batches,
         "mse": m.mse,
         "l1": m.l1,
+        "zero_fraction": m.zero_fraction,
         "train_seconds": m.seconds,
     });
     if let Some(kl) = m.kl {
@@ -43,34 +44,40 @@ pub(super) fn metrics_line(method: Method, m: &EpochMetrics, batches: usize) -> 
 }
 
 /// `summary.json` figures of one method (`docs/swiss-roll.md`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MethodSummary {
     /// Mean ||x' - T(c) x||^2 over the last epoch.
     pub final_mse: f64,
     /// Mean sum_m |c_m| over the last epoch (coefficients used for transport).
     pub final_l1: f64,
+    /// Fraction of exact zeros among those coefficients over the last epoch.
+    #[serde(default)]
+    pub final_zero_fraction: f64,
     /// Training seconds (data generation, logging and plots excluded).
     pub train_seconds: f64,
     /// Generators with F-norm above 5% of the largest.
     pub nonzero_operators: usize,
     /// FISTA's train_seconds over this method's (when FISTA ran).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_vs_fista: Option<f64>,
     /// Mean FISTA iterations per batch (FISTA).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_fista_iterations: Option<f64>,
     /// Mean ||x' - T(mu) x||^2 at the encoder's location over the last epoch (variational).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_mse_at_location: Option<f64>,
     /// The last amortisation gap measured (variational, `gap_every` > 0).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_gap: Option<AmortisationGap>,
+    /// The posterior's mean scale per operator over the last epoch (variational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_posterior_scale: Option<Vec<f64>>,
     /// ||Psi_m||_F of every generator.
     pub operator_norms: Vec<f64>,
 }
 
 /// `summary.json`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// What the roll's coordinates were divided by (`data_scale`, resolved).
     pub data_scale: f64,
@@ -95,12 +102,14 @@ impl Summary {
                 let summary = MethodSummary {
                     final_mse: last.map_or(f64::NAN, |e| e.mse),
                     final_l1: last.map_or(f64::NAN, |e| e.l1),
+                    final_zero_fraction: last.map_or(f64::NAN, |e| e.zero_fraction),
                     train_seconds: r.train_seconds(),
                     nonzero_operators: r.nonzero_operators(),
                     speedup_vs_fista: fista.map(|f| f / r.train_seconds()),
                     mean_fista_iterations: r.mean_fista_iterations(),
                     final_mse_at_location: last.and_then(|e| e.mse_at_location),
                     last_gap: r.epochs.iter().rev().find_map(|e| e.gap),
+                    final_posterior_scale: last.and_then(|e| e.posterior_scale.clone()),
                     operator_norms: r.operator_norms.clone(),
                 };
                 (r.method.to_string(), summary)

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
@@ -27,6 +27,9 @@ pub struct EpochMetrics {
     pub mse: f64,
     /// Mean over pairs of sum_m |c_m| of the coefficients used for transport.
     pub l1: f64,
+    /// Fraction of exact zeros among the coefficients used for transport (FISTA's shrinkage,
+    /// or the thresholded sample, gives them; a plain Laplace sample almost never).
+    pub zero_fraction: f64,
     /// Mean KL(q || prior) (variational methods).
     pub kl: Option<f64>,
     /// Mean FISTA iterations per batch (FISTA).
@@ -46,7 +49,7 @@ pub struct EpochMetrics {
 /// FISTA's objective ||x1 - T(c) x0||^2 + l1 ||c||_1 (means over a batch) at the encoder's
 /// location and at FISTA's solution with the same operators: how far amortised inference is from
 /// exact inference, measured directly rather than across differently trained models.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct AmortisationGap {
     /// Squared error at the encoder's location.
     pub location_mse: f64,
@@ -158,6 +161,7 @@ struct Accumulator {
     batches: usize,
     mse: f64,
     l1: f64,
+    zeros: f64,
     kl: f64,
     iterations: f64,
     scale: Vec<f64>,
@@ -277,6 +281,7 @@ where
             epoch: epoch + 1,
             mse: acc.mse / n,
             l1: acc.l1 / n,
+            zero_fraction: acc.zeros / n,
             kl: variational.then(|| acc.kl / n),
             fista_iterations: matches!(method, Method::Fista).then(|| acc.iterations / n),
             seconds,
@@ -340,6 +345,11 @@ fn reconstruction<B: Backend>(moved: Tensor<B, 2>, target: Tensor<B, 2>) -> Tens
     (moved - target).square().sum_dim(1).mean()
 }
 
+/// Fraction of entries of `c` that are exactly 0.
+fn zero_fraction<B: Backend>(c: Tensor<B, 2>) -> f64 {
+    scalar(c.equal_elem(0.0).float().mean())
+}
+
 fn scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {
     t.into_scalar().to_f64()
 }
@@ -382,6 +392,7 @@ where
                 let grads = GradientsParams::from_grads(loss.backward(), &*operators);
                 *operators = optim.step(lr_ops, operators.clone(), grads);
                 acc.mse += scalar(mse);
+                acc.zeros += zero_fraction(c.clone().inner());
                 acc.l1 += scalar(c.abs().sum_dim(1).mean());
                 acc.iterations += solution.iterations as f64;
             }
@@ -409,6 +420,7 @@ where
                 for (a, s) in acc.scale.iter_mut().zip(scale) {
                     *a += s;
                 }
+                acc.zeros += zero_fraction(out.coefficients.clone().inner());
                 acc.diagnostic_seconds += diagnostics.elapsed().as_secs_f64();
                 // The step's L_m is a mean over the 3 coordinates; the objective sums them.
                 let mse = out.manifold_loss * 3.0;
