@@ -11,7 +11,12 @@ use crate::swiss_roll::{Study, SwissRollConfig};
 
 /// Usage text.
 pub const USAGE: &str = "\
-usage: vlgo [COMMAND] [OPTIONS]
+usage: vlgo [--backend NAME] [COMMAND] [OPTIONS]
+
+  --backend NAME     the Burn backend every command runs on: flex (the default), ndarray, and
+                     wgpu or cuda when built with `--features wgpu` / `--features cuda`; the
+                     VLGO_BACKEND variable sets it too (the flag wins). Recorded as `backend`
+                     in summary.json
 
 commands:
   swiss-roll   the swiss-roll experiment (the default): FISTA against variational operators

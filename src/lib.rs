@@ -5,6 +5,7 @@
 //! [`vlgo_datasets`].
 
 pub mod args;
+pub mod backend;
 pub mod compare;
 pub mod demo;
 pub mod diagnostics;

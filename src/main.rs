@@ -4,13 +4,10 @@
 use std::process::ExitCode;
 
 use burn::backend::Autodiff;
+use manifoldclr::TrainBackend;
 use vlgo::args::{Command, USAGE, parse};
+use vlgo::backend::BackendName;
 use vlgo::swiss_roll::{self, default_out_dir};
-
-#[cfg(feature = "flex")]
-type Cpu = burn::backend::Flex;
-#[cfg(not(feature = "flex"))]
-type Cpu = burn::backend::NdArray;
 
 /// Keeps freed buffers of up to 32 MiB in the heap instead of returning them to the system.
 /// Burn's CPU backends allocate a fresh buffer for nearly every tensor operation; with glibc's
@@ -26,21 +23,21 @@ fn keep_freed_buffers() {
     }
 }
 
-fn main() -> ExitCode {
-    keep_freed_buffers();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = parse(&args).and_then(|command| match command {
+/// Runs `command` on the backend `B` (its default device).
+fn execute<B: TrainBackend>(command: Command) -> vlgo::Result<()> {
+    let device = &B::Device::default();
+    match command {
         Command::Help => {
             println!("{USAGE}");
             Ok(())
         }
-        Command::Demo => Ok(vlgo::demo::demo::<Autodiff<Cpu>>()?),
+        Command::Demo => Ok(vlgo::demo::demo::<B>()?),
         Command::SwissRoll { config, out, full } => {
             let out = out.unwrap_or_else(|| default_out_dir(full, config.seed));
-            swiss_roll::run::<Autodiff<Cpu>>(&config, &out, &Default::default()).map(|_| ())
+            swiss_roll::run::<B>(&config, &out, device).map(|_| ())
         }
         Command::SwissRollGrid(study) => {
-            let text = study.run::<Autodiff<Cpu>>(&Default::default())?;
+            let text = study.run::<B>(device)?;
             println!("{text}");
             println!("study folder: {}", study.out.display());
             Ok(())
@@ -50,12 +47,7 @@ fn main() -> ExitCode {
             out,
             resume,
         } => {
-            let summary = vlgo::pretrain::pretrain::<Autodiff<Cpu>>(
-                &config,
-                &out,
-                resume,
-                &Default::default(),
-            )?;
+            let summary = vlgo::pretrain::pretrain::<B>(&config, &out, resume, device)?;
             println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
             println!("run folder: {}", out.display());
             Ok(())
@@ -65,7 +57,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Sweep(sweep) => {
-            print!("{}", sweep.run::<Autodiff<Cpu>>(&Default::default())?);
+            print!("{}", sweep.run::<B>(device)?);
             println!("sweep folder: {}", sweep.out.display());
             Ok(())
         }
@@ -78,30 +70,50 @@ fn main() -> ExitCode {
                 config = vlgo::args::set(&config, s.trim_start_matches("semisup."))?;
             }
             config.validate()?;
-            let report =
-                vlgo::semisup::bench::bench::<Autodiff<Cpu>>(&config, &Default::default())?;
+            let report = vlgo::semisup::bench::bench::<B>(&config, device)?;
             print!("{report}");
             Ok(())
         }
         Command::Semisup(args) => {
-            let summary = vlgo::semisup::run::<Autodiff<Cpu>>(&args, &Default::default())?;
+            let summary = vlgo::semisup::run::<B>(&args, device)?;
             println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
             println!("written into {}", args.run.join("semisup").display());
             Ok(())
         }
         Command::Diagnose { run, what } => {
-            let result = vlgo::diagnostics::run::<Autodiff<Cpu>>(&run, what, &Default::default())?;
+            let result = vlgo::diagnostics::run::<B>(&run, what, device)?;
             println!("{}", serde_json::to_string_pretty(&result).expect("json"));
             println!("written into {}", run.display());
             Ok(())
         }
         Command::Evaluate { run, probe } => {
-            let summary =
-                vlgo::pretrain::evaluate_run::<Autodiff<Cpu>>(&run, probe, &Default::default())?;
+            let summary = vlgo::pretrain::evaluate_run::<B>(&run, probe, device)?;
             println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
             Ok(())
         }
-    });
+    }
+}
+
+fn main() -> ExitCode {
+    keep_freed_buffers();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = BackendName::from_args(&args, std::env::var("VLGO_BACKEND").ok()).and_then(
+        |(backend, args)| {
+            let command = parse(&args)?;
+            match backend {
+                #[cfg(feature = "flex")]
+                BackendName::Flex => execute::<Autodiff<burn::backend::Flex>>(command),
+                BackendName::NdArray => execute::<Autodiff<burn::backend::NdArray>>(command),
+                #[cfg(feature = "wgpu")]
+                BackendName::Wgpu => execute::<Autodiff<burn::backend::Wgpu>>(command),
+                #[cfg(feature = "cuda")]
+                BackendName::Cuda => execute::<Autodiff<burn::backend::Cuda>>(command),
+                // `from_args` names only compiled backends.
+                #[allow(unreachable_patterns)]
+                other => unreachable!("{other} is not compiled in"),
+            }
+        },
+    );
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Bad input, whichever layer named it, exits 2; failures while working exit 1.

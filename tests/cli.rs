@@ -57,6 +57,59 @@ fn bad_arguments_are_clear_errors() {
     rejected(&["swiss-roll", "--out"], &["--out", "expected a value"]);
     rejected(&["paths", "runs/x"], &["paths arguments", "--run DIR"]);
     rejected(&["compare", "--runs"], &["compare arguments", "--runs DIR"]);
+    rejected(
+        &["--backend", "nonsense"],
+        &["backend", "nonsense", "ndarray"],
+    );
+    rejected(
+        &["swiss-roll", "--backend"],
+        &["--backend", "expected a value"],
+    );
+    if !cfg!(feature = "wgpu") {
+        rejected(&["--backend", "wgpu"], &["backend", "--features wgpu"]);
+    }
+}
+
+#[test]
+fn the_backend_is_chosen_at_run_time_and_recorded() {
+    let root = std::env::temp_dir().join(format!("vlgo-cli-backend-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let run = |dir: &str, flag: Option<&str>, env: Option<&str>| -> Value {
+        let out = root.join(dir);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vlgo"));
+        if let Some(name) = flag {
+            command.args(["--backend", name]);
+        }
+        match env {
+            Some(name) => command.env("VLGO_BACKEND", name),
+            None => command.env_remove("VLGO_BACKEND"),
+        };
+        let output = command
+            .args(["swiss-roll", "--points", "200", "--k1", "5", "--k2", "15"])
+            .args(["--epochs", "1", "--methods", "laplace_j1", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        summary_figures(&out)
+    };
+    let default = if cfg!(feature = "flex") {
+        "flex"
+    } else {
+        "ndarray"
+    };
+    let backend = |v: &Value| v["backend"].as_str().unwrap().to_string();
+    assert!(backend(&run("default", None, None)).contains(default));
+    assert!(backend(&run("env", None, Some("ndarray"))).contains("ndarray"));
+    // The flag wins over the variable.
+    let flagged = run("flag", Some("ndarray"), Some("nonsense"));
+    assert!(backend(&flagged).contains("ndarray"));
+    assert_eq!(flagged["device"], "Cpu");
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 fn summary_figures(dir: &Path) -> Value {

@@ -208,6 +208,8 @@ pub fn pretrain<B: TrainBackend>(
         "train_seconds": trainer.state.train_seconds,
         "images_per_second": mean_rate,
         "epochs": trainer.state.epochs_done,
+        "backend": B::name(device),
+        "device": format!("{device:?}"),
     });
     evaluate::<B>(
         &trainer.eval_backbone(),

@@ -55,7 +55,9 @@ where
         bar.finish(&run);
         runs.push(run);
     }
-    let summary = Summary::new(&runs, scale);
+    let mut summary = Summary::new(&runs, scale);
+    summary.backend = B::name(device);
+    summary.device = format!("{device:?}");
     folder.write_json("summary.json", &summary)?;
     report::plot_curves(&folder.plots_dir()?, &runs)?;
     if let Some(run) = path_model(&runs) {

@@ -79,6 +79,12 @@ pub struct MethodSummary {
 /// `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// The Burn backend the run trained on (`Backend::name`).
+    #[serde(default)]
+    pub backend: String,
+    /// Its device.
+    #[serde(default)]
+    pub device: String,
     /// What the roll's coordinates were divided by (`data_scale`, resolved).
     pub data_scale: f64,
     /// Per method, by name.
@@ -116,6 +122,8 @@ impl Summary {
             })
             .collect();
         Self {
+            backend: String::new(),
+            device: String::new(),
             data_scale,
             methods,
             order: runs.iter().map(|r| r.method.to_string()).collect(),

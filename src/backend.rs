@@ -1,0 +1,138 @@
+//! Which Burn backend the program runs on, chosen at run time among those compiled in:
+//! `vlgo --backend NAME ...` or the `VLGO_BACKEND` variable (the flag wins).
+//!
+//! Flex (the default CPU backend, cargo feature `flex`) and NdArray are always compiled in;
+//! `--features wgpu` adds `wgpu` (Vulkan, Metal, DirectX or software Vulkan) and
+//! `--features cuda` adds `cuda`.
+
+use std::fmt;
+
+use crate::error::{CliError, Result};
+
+/// A backend the program can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendName {
+    /// Burn's Flex CPU backend with this project's CPU kernels.
+    Flex,
+    /// Burn's NdArray CPU backend with this project's CPU kernels.
+    NdArray,
+    /// Burn's CubeCL backend on wgpu (with fusion).
+    Wgpu,
+    /// Burn's CubeCL backend on CUDA (with fusion).
+    Cuda,
+}
+
+impl BackendName {
+    /// Every backend the program knows, compiled in or not.
+    pub const ALL: [Self; 4] = [Self::Flex, Self::NdArray, Self::Wgpu, Self::Cuda];
+
+    /// The name on the command line and in `summary.json`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Flex => "flex",
+            Self::NdArray => "ndarray",
+            Self::Wgpu => "wgpu",
+            Self::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build can run on it (its cargo feature was on).
+    pub fn compiled(&self) -> bool {
+        match self {
+            Self::Flex => cfg!(feature = "flex"),
+            Self::NdArray => true,
+            Self::Wgpu => cfg!(feature = "wgpu"),
+            Self::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+
+    /// The backends of this build.
+    pub fn available() -> Vec<Self> {
+        Self::ALL.into_iter().filter(Self::compiled).collect()
+    }
+
+    /// The backend when none is named: Flex where compiled in, else NdArray.
+    pub fn default_choice() -> Self {
+        match Self::Flex.compiled() {
+            true => Self::Flex,
+            false => Self::NdArray,
+        }
+    }
+
+    /// Parses a name; an unknown backend, or one this build lacks, is an error that lists the
+    /// available ones.
+    ///
+    /// ```
+    /// use vlgo::backend::BackendName;
+    /// assert_eq!(BackendName::parse("ndarray").unwrap(), BackendName::NdArray);
+    /// let err = BackendName::parse("nonsense").unwrap_err().to_string();
+    /// assert!(err.contains("nonsense") && err.contains("ndarray"));
+    /// ```
+    pub fn parse(name: &str) -> Result<Self> {
+        let available: Vec<&str> = Self::available().iter().map(Self::as_str).collect();
+        let found = Self::ALL.into_iter().find(|b| b.as_str() == name.trim());
+        match found {
+            Some(b) if b.compiled() => Ok(b),
+            Some(b) => Err(CliError::invalid(
+                "backend",
+                b,
+                format!(
+                    "one compiled into this build: {} (build with `--features {b}` for {b})",
+                    available.join(", ")
+                ),
+            )),
+            None => Err(CliError::invalid(
+                "backend",
+                format!("{name:?}"),
+                format!("one of {}", available.join(", ")),
+            )),
+        }
+    }
+
+    /// The backend named by `--backend NAME` anywhere in `args` (removed from them), else by
+    /// `env` (the `VLGO_BACKEND` variable), else the default; and the remaining arguments.
+    ///
+    /// ```
+    /// use vlgo::backend::BackendName;
+    /// let args: Vec<String> = ["--backend", "ndarray", "swiss-roll", "--epochs", "2"]
+    ///     .map(String::from)
+    ///     .to_vec();
+    /// let (backend, rest) = BackendName::from_args(&args, None).unwrap();
+    /// assert_eq!((backend, rest.len()), (BackendName::NdArray, 3));
+    /// let (backend, _) = BackendName::from_args(&rest, Some("ndarray".into())).unwrap();
+    /// assert_eq!(backend, BackendName::NdArray);
+    /// assert!(BackendName::from_args(&["--backend".to_string()], None).is_err());
+    /// ```
+    pub fn from_args(args: &[String], env: Option<String>) -> Result<(Self, Vec<String>)> {
+        let mut rest = Vec::with_capacity(args.len());
+        let mut named = None;
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            if arg == "--backend" {
+                let value = it
+                    .next()
+                    .ok_or_else(|| CliError::invalid("--backend", "nothing", "expected a value"))?;
+                if named.replace(value.clone()).is_some() {
+                    return Err(CliError::invalid(
+                        "--backend",
+                        "given twice",
+                        "one --backend",
+                    ));
+                }
+            } else {
+                rest.push(arg.clone());
+            }
+        }
+        let backend = match named.or(env.filter(|e| !e.trim().is_empty())) {
+            Some(name) => Self::parse(&name)?,
+            None => Self::default_choice(),
+        };
+        Ok((backend, rest))
+    }
+}
+
+impl fmt::Display for BackendName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
