@@ -1,17 +1,13 @@
 //! SimCLR pre-training on TinyImageNet, then the linear probe and kNN of the frozen features: the
 //! library call behind `vlgo pretrain --config configs/tinyimagenet-simclr-mlp.toml`.
 //!
-//! `cargo run --release --example tinyimagenet -- [DATA_DIR] [OUT_DIR] [KEY=VALUE ...]`
+//! `cargo run --release --example tinyimagenet -- [--backend NAME] [DATA_DIR] [OUT_DIR] [KEY=VALUE ...]`
 //! DATA_DIR: the folder holding `wnids.txt`; OUT_DIR defaults to `runs/example-tinyimagenet-simclr-mlp`;
-//! KEY=VALUE overrides any setting, e.g. `pretrain.epochs=2`.
-
-use burn::backend::{Autodiff, Flex};
+//! KEY=VALUE overrides any setting, e.g. `pretrain.epochs=2`; `--backend` (or `VLGO_BACKEND`)
+//! picks the backend as for `vlgo` (`docs/backends.md`).
 
 fn main() -> Result<(), vlgo::CliError> {
-    let summary = vlgo::pretrain::run_example::<Autodiff<Flex>>(
-        "tinyimagenet-simclr-mlp",
-        &Default::default(),
-    )?;
+    let summary = vlgo::pretrain::example("tinyimagenet-simclr-mlp")?;
     println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
     Ok(())
 }

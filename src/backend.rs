@@ -7,7 +7,19 @@
 
 use std::fmt;
 
+use burn::backend::Autodiff;
+use manifoldclr::TrainBackend;
+
 use crate::error::{CliError, Result};
+
+/// Work that runs on whichever backend is chosen at run time ([`BackendName::run`]).
+pub trait OnBackend {
+    /// What the work returns.
+    type Output;
+
+    /// Does the work on the backend `B`, on `device`.
+    fn run<B: TrainBackend>(self, device: &B::Device) -> Result<Self::Output>;
+}
 
 /// A backend the program can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +140,45 @@ impl BackendName {
             None => Self::default_choice(),
         };
         Ok((backend, rest))
+    }
+}
+
+impl BackendName {
+    /// The backend named by the `VLGO_BACKEND` variable, else the default.
+    pub fn from_env() -> Result<Self> {
+        Ok(Self::from_args(&[], std::env::var("VLGO_BACKEND").ok())?.0)
+    }
+
+    /// Runs `job` on this backend's default device (under autodiff).
+    ///
+    /// ```
+    /// use vlgo::backend::{BackendName, OnBackend};
+    ///
+    /// struct Name;
+    /// impl OnBackend for Name {
+    ///     type Output = String;
+    ///     fn run<B: manifoldclr::TrainBackend>(self, device: &B::Device) -> vlgo::Result<String> {
+    ///         Ok(<B as burn::prelude::Backend>::name(device))
+    ///     }
+    /// }
+    /// assert!(BackendName::NdArray.run(Name).unwrap().contains("ndarray"));
+    /// ```
+    pub fn run<J: OnBackend>(self, job: J) -> Result<J::Output> {
+        match self {
+            #[cfg(feature = "flex")]
+            Self::Flex => job.run::<Autodiff<burn::backend::Flex>>(&Default::default()),
+            Self::NdArray => job.run::<Autodiff<burn::backend::NdArray>>(&Default::default()),
+            #[cfg(feature = "wgpu")]
+            Self::Wgpu => job.run::<Autodiff<burn::backend::Wgpu>>(&Default::default()),
+            #[cfg(feature = "cuda")]
+            Self::Cuda => job.run::<Autodiff<burn::backend::Cuda>>(&Default::default()),
+            #[allow(unreachable_patterns)]
+            other => Err(CliError::invalid(
+                "backend",
+                other,
+                "one compiled into this build",
+            )),
+        }
     }
 }
 

@@ -3,10 +3,9 @@
 
 use std::process::ExitCode;
 
-use burn::backend::Autodiff;
 use manifoldclr::TrainBackend;
 use vlgo::args::{Command, USAGE, parse};
-use vlgo::backend::BackendName;
+use vlgo::backend::{BackendName, OnBackend};
 use vlgo::swiss_roll::{self, default_out_dir};
 
 /// Keeps freed buffers of up to 32 MiB in the heap instead of returning them to the system.
@@ -23,9 +22,18 @@ fn keep_freed_buffers() {
     }
 }
 
-/// Runs `command` on the backend `B` (its default device).
-fn execute<B: TrainBackend>(command: Command) -> vlgo::Result<()> {
-    let device = &B::Device::default();
+/// A parsed command, run on the chosen backend.
+struct Execute(Command);
+
+impl OnBackend for Execute {
+    type Output = ();
+
+    fn run<B: TrainBackend>(self, device: &B::Device) -> vlgo::Result<()> {
+        execute::<B>(self.0, device)
+    }
+}
+
+fn execute<B: TrainBackend>(command: Command, device: &B::Device) -> vlgo::Result<()> {
     match command {
         Command::Help => {
             println!("{USAGE}");
@@ -97,23 +105,8 @@ fn execute<B: TrainBackend>(command: Command) -> vlgo::Result<()> {
 fn main() -> ExitCode {
     keep_freed_buffers();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = BackendName::from_args(&args, std::env::var("VLGO_BACKEND").ok()).and_then(
-        |(backend, args)| {
-            let command = parse(&args)?;
-            match backend {
-                #[cfg(feature = "flex")]
-                BackendName::Flex => execute::<Autodiff<burn::backend::Flex>>(command),
-                BackendName::NdArray => execute::<Autodiff<burn::backend::NdArray>>(command),
-                #[cfg(feature = "wgpu")]
-                BackendName::Wgpu => execute::<Autodiff<burn::backend::Wgpu>>(command),
-                #[cfg(feature = "cuda")]
-                BackendName::Cuda => execute::<Autodiff<burn::backend::Cuda>>(command),
-                // `from_args` names only compiled backends.
-                #[allow(unreachable_patterns)]
-                other => unreachable!("{other} is not compiled in"),
-            }
-        },
-    );
+    let result = BackendName::from_args(&args, std::env::var("VLGO_BACKEND").ok())
+        .and_then(|(backend, args)| backend.run(Execute(parse(&args)?)));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Bad input, whichever layer named it, exits 2; failures while working exit 1.

@@ -525,6 +525,60 @@ fn fixture(dir: &Path) -> (String, String) {
     (config.display().to_string(), data.display().to_string())
 }
 
+/// A run started on the default CPU backend continues and is evaluated on wgpu (software Vulkan
+/// where there is no GPU): checkpoints do not depend on the backend that wrote them.
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
+    let dir = std::env::temp_dir().join(format!("vlgo-cli-across-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (config, data) = fixture(&dir);
+    let run = dir.join("run").display().to_string();
+    let common = [
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "--out",
+        &run,
+        "--set",
+        "knn_every=0",
+        "--set",
+        "baselines=false",
+    ];
+    let ok = |out: Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let summary = || -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap())
+            .unwrap()
+    };
+    let mut first = vec!["pretrain"];
+    first.extend(common);
+    first.extend(["--set", "pretrain.epochs=1"]);
+    ok(vlgo(&first));
+    assert!(!summary()["backend"].as_str().unwrap().contains("wgpu"));
+    let mut second = vec!["--backend", "wgpu", "pretrain", "--resume"];
+    second.extend(common);
+    second.extend(["--set", "pretrain.epochs=2"]);
+    ok(vlgo(&second));
+    let after = summary();
+    assert!(
+        after["backend"].as_str().unwrap().contains("wgpu"),
+        "{after}"
+    );
+    assert_eq!(after["epochs"], 2);
+    let top1 = after["linear_probe"]["top1"].as_f64().unwrap();
+    assert!((0.0..=100.0).contains(&top1), "{top1}");
+    ok(vlgo(&["--backend", "wgpu", "knn", "--run", &run]));
+    assert!(summary()["knn"]["top1"].as_f64().is_some());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
     let dir = std::env::temp_dir().join(format!("vlgo-cli-pretrain-{}", std::process::id()));

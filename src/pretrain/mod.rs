@@ -17,6 +17,7 @@ use vlgo_core::layers::LayerBackend;
 pub use config::ImageRunConfig;
 use data::{AugmentedViews, ImageData, has_checkpoint, subset};
 
+use crate::backend::{BackendName, OnBackend};
 use crate::error::{CliError, Result};
 use crate::plot::{Series, line_chart};
 use crate::run_folder::{JsonLines, RunFolder};
@@ -344,11 +345,27 @@ pub fn evaluate_run<B: TrainBackend>(
     Ok(summary)
 }
 
-/// The command line of the per-dataset examples, `[DATA_DIR] [OUT_DIR] [KEY=VALUE ...]`, on the
-/// shipped config `configs/<config>.toml`: pre-trains into OUT_DIR (default
-/// `runs/example-<config>`), evaluates, and returns the summary.
-pub fn run_example<B: TrainBackend>(config: &str, device: &B::Device) -> Result<serde_json::Value> {
+/// [`run_example`] on the backend named by `--backend NAME` among the arguments, else by
+/// `VLGO_BACKEND`, else the default: what the per-dataset examples call.
+pub fn example(config: &str) -> Result<serde_json::Value> {
+    struct Example<'a>(&'a str);
+    impl OnBackend for Example<'_> {
+        type Output = serde_json::Value;
+        fn run<B: TrainBackend>(self, device: &B::Device) -> Result<serde_json::Value> {
+            run_example::<B>(self.0, device)
+        }
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let (backend, _) = BackendName::from_args(&args, std::env::var("VLGO_BACKEND").ok())?;
+    backend.run(Example(config))
+}
+
+/// The command line of the per-dataset examples, `[--backend NAME] [DATA_DIR] [OUT_DIR]
+/// [KEY=VALUE ...]`, on the shipped config `configs/<config>.toml`: pre-trains into OUT_DIR
+/// (default `runs/example-<config>`) on `B`, evaluates, and returns the summary.
+pub fn run_example<B: TrainBackend>(config: &str, device: &B::Device) -> Result<serde_json::Value> {
+    // `--backend NAME` is not a path: it chose the backend already (see `example`).
+    let (_, args) = BackendName::from_args(&std::env::args().skip(1).collect::<Vec<_>>(), None)?;
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("configs")
         .join(format!("{config}.toml"));
