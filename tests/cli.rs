@@ -526,26 +526,15 @@ fn fixture(dir: &Path) -> (String, String) {
 }
 
 /// A run started on the default CPU backend continues and is evaluated on wgpu (software Vulkan
-/// where there is no GPU): checkpoints do not depend on the backend that wrote them.
+/// where there is no GPU): checkpoints do not depend on the backend that wrote them, and the
+/// first step after the resume gives the CPU's losses to 1e-3 relative, for SimCLR-MLP and
+/// ManifoldCLR-MLP.
 #[cfg(feature = "wgpu")]
 #[test]
 fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
     let dir = std::env::temp_dir().join(format!("vlgo-cli-across-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (config, data) = fixture(&dir);
-    let run = dir.join("run").display().to_string();
-    let common = [
-        "--config",
-        &config,
-        "--data-dir",
-        &data,
-        "--out",
-        &run,
-        "--set",
-        "knn_every=0",
-        "--set",
-        "baselines=false",
-    ];
     let ok = |out: Output| {
         assert!(
             out.status.success(),
@@ -553,29 +542,69 @@ fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    let summary = || -> Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap())
-            .unwrap()
+    let read = |run: &str, file: &str| std::fs::read_to_string(dir.join(run).join(file)).unwrap();
+    let steps = |run: &str| -> Vec<Value> {
+        read(run, "metrics.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     };
-    let mut first = vec!["pretrain"];
-    first.extend(common);
-    first.extend(["--set", "pretrain.epochs=1"]);
-    ok(vlgo(&first));
-    assert!(!summary()["backend"].as_str().unwrap().contains("wgpu"));
-    let mut second = vec!["--backend", "wgpu", "pretrain", "--resume"];
-    second.extend(common);
-    second.extend(["--set", "pretrain.epochs=2"]);
-    ok(vlgo(&second));
-    let after = summary();
-    assert!(
-        after["backend"].as_str().unwrap().contains("wgpu"),
-        "{after}"
-    );
-    assert_eq!(after["epochs"], 2);
-    let top1 = after["linear_probe"]["top1"].as_f64().unwrap();
-    assert!((0.0..=100.0).contains(&top1), "{top1}");
+    let manifold = [
+        "pretrain.model.method=manifoldclr-mlp",
+        "pretrain.model.manifold.num_operators=3",
+        "pretrain.model.manifold.block_size=8",
+        "pretrain.model.manifold.network_width=4",
+        "pretrain.model.manifold.prior_warmup=4",
+    ];
+    for (method, sets) in [("simclr-mlp", &[][..]), ("manifoldclr-mlp", &manifold[..])] {
+        let pretrain = |backend: &str, run: &str, epochs: &str, resume: bool| {
+            let out = dir.join(run).display().to_string();
+            let mut args = vec!["--backend", backend, "pretrain", "--config", &config];
+            args.extend(["--data-dir", &data, "--out", &out, "--set", "knn_every=0"]);
+            args.extend(["--set", "baselines=false", "--set", epochs]);
+            if resume {
+                args.push("--resume");
+            }
+            for s in sets {
+                args.extend(["--set", s]);
+            }
+            ok(vlgo(&args));
+        };
+        let (cpu, across) = (format!("{method}-cpu"), format!("{method}-across"));
+        pretrain("flex", &cpu, "pretrain.epochs=2", false);
+        pretrain("flex", &across, "pretrain.epochs=1", false);
+        pretrain("wgpu", &across, "pretrain.epochs=2", true);
+        let summary: Value = serde_json::from_str(&read(&across, "summary.json")).unwrap();
+        assert!(
+            summary["backend"].as_str().unwrap().contains("wgpu"),
+            "{summary}"
+        );
+        assert_eq!(summary["epochs"], 2);
+        let top1 = summary["linear_probe"]["top1"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&top1), "{top1}");
+        let (a, b) = (steps(&cpu), steps(&across));
+        assert_eq!(a.len(), b.len(), "{method}: steps logged");
+        // The first step after the resume sees the checkpoint's weights and the same keyed
+        // views: its losses are the CPU's. (The later steps are not compared: on wgpu the
+        // gradients differ from the CPU's, an open problem measured in docs/backends.md.)
+        let first = a
+            .iter()
+            .position(|x| x["epoch"] == 2)
+            .expect("a second epoch");
+        for key in ["loss_nce", "loss_manifold", "kl"] {
+            let (Some(p), Some(q)) = (a[first][key].as_f64(), b[first][key].as_f64()) else {
+                continue;
+            };
+            assert!(
+                (p - q).abs() <= 1e-3 * p.abs().max(1e-6),
+                "{method}: {key} {p} on the CPU, {q} on wgpu after the resume"
+            );
+        }
+    }
+    let run = dir.join("simclr-mlp-across").display().to_string();
     ok(vlgo(&["--backend", "wgpu", "knn", "--run", &run]));
-    assert!(summary()["knn"]["top1"].as_f64().is_some());
+    let summary: Value = serde_json::from_str(&read("simclr-mlp-across", "summary.json")).unwrap();
+    assert!(summary["knn"]["top1"].as_f64().is_some());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
