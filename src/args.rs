@@ -43,7 +43,7 @@ swiss-roll options:
   --set KEY=VALUE    any other setting of the resolved config.toml (repeatable), e.g.
                      --set encoder_lr=3e-3 --set prior.scale=0.05
   --grid KEY=V1,V2   one run per value (repeatable: every combination), into --out DIR
-                     (default: runs/swiss-roll[-full]-seed<N>-grid-<keys>); linked settings
+                     (default: runs/swiss-roll[-full]-seed<N>-grid-<names>); linked settings
                      move together: --grid beta:prior.scale=5e-3:0.01,5e-4:1e-3. Each method
                      is trained once per setting that matters to it; an interrupted grid
                      resumes; writes study.md: the paper's four conclusions per regime

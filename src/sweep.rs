@@ -40,6 +40,8 @@ impl Axis {
     /// assert_eq!(b.name(), "beta:scale");
     /// assert_eq!(b.settings("0:0.01"), ["beta=0", "prior.scale=0.01"]);
     /// assert!(vlgo::sweep::Axis::parse("beta:prior.scale=5e-3").is_err());
+    /// let path = vlgo::sweep::Axis::parse("data_dir=C:/data,/srv/data").unwrap();
+    /// assert_eq!(path.settings("C:/data"), ["data_dir=C:/data"]);
     /// ```
     pub fn parse(text: &str) -> Result<Self> {
         let bad = |why: &str| CliError::invalid("--grid", format!("{text:?}"), why);
@@ -51,7 +53,8 @@ impl Axis {
         if keys.iter().any(|k| k.is_empty()) || values.iter().any(String::is_empty) {
             return Err(bad("expected KEY=V1,V2,... with a key and no empty value"));
         }
-        if values.iter().any(|v| v.split(':').count() != keys.len()) {
+        // One key takes its values whole (a path may hold ':'); linked keys split them.
+        if keys.len() > 1 && values.iter().any(|v| v.split(':').count() != keys.len()) {
             return Err(bad(&format!(
                 "one part per linked key in every value ({} keys, parts joined by ':')",
                 keys.len()
@@ -82,6 +85,9 @@ impl Axis {
 
     /// The `KEY=VALUE` assignments of one of its values.
     pub fn settings(&self, value: &str) -> Vec<String> {
+        if !self.key.contains(':') {
+            return vec![format!("{}={value}", self.key)];
+        }
         self.keys()
             .zip(value.split(':'))
             .map(|(k, v)| format!("{k}={v}"))

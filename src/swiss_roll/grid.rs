@@ -182,7 +182,15 @@ impl Study {
                 continue;
             }
             if r.dir.exists() {
-                // Same settings (checked above), stopped before its summary: train it again.
+                // Ours (same settings, checked above), stopped before its summary: train it
+                // again. A folder without our config.toml is not ours to delete.
+                if !r.dir.join("config.toml").is_file() {
+                    return Err(CliError::invalid(
+                        "swiss-roll --grid",
+                        r.dir.display(),
+                        "a folder of this grid (it holds something else; use --out)",
+                    ));
+                }
                 std::fs::remove_dir_all(&r.dir).map_err(CliError::io(&r.dir))?;
             }
             println!(
@@ -210,7 +218,18 @@ impl Study {
             .iter()
             .map(|r| RegimeResults::gather(r, &summaries))
             .collect::<Result<_>>()?;
-        let text = self.report(&regimes, &results);
+        let mut text = self.report(&regimes, &results);
+        // Figures of one study come from one backend: timings of two are not comparable.
+        let backends: std::collections::BTreeSet<&str> = summaries
+            .iter()
+            .flatten()
+            .map(|s| s.backend.as_str())
+            .collect();
+        let backends: Vec<&str> = backends.into_iter().collect();
+        text += &format!("\nBackend: {}.\n", backends.join(", "));
+        if backends.len() > 1 {
+            text += "Warning: the regimes ran on different backends; the speed-ups compare them.\n";
+        }
         let path = self.out.join("study.md");
         std::fs::write(&path, &text).map_err(CliError::io(&path))?;
         Ok(text)
@@ -435,8 +454,9 @@ fn conclusions_table(study: &Study, regimes: &[Regime], results: &[RegimeResults
          1.1x FISTA's MSE.\n\
          2. Thresholded samples reach plain Laplace's MSE with a much lower l1: at J = 20 (else \
          the largest J both ran), MSE within 1.25x and l1 at most 0.8x plain Laplace's.\n\
-         3. Variational training is about 16x faster than FISTA: both J = 20 methods at least \
-         16x (training seconds), beside FISTA's mean iterations per batch.\n\
+         3. Variational training is about 16x faster than FISTA: both J = 20 methods (else the \
+         largest J both ran) at least 16x (training seconds), beside FISTA's mean iterations per \
+         batch.\n\
          4. FISTA and thresholded Laplace end with 2 non-zero operators (F-norm above 5% of the \
          largest), plain Laplace with more.\n\n",
     );
@@ -471,7 +491,7 @@ fn mse_table(study: &Study, regimes: &[Regime], results: &[RegimeResults]) -> St
     let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut out = String::from(
         "## Final MSE (l1) per method\n\nIn the divided coordinates: MSEs at data scale s are \
-         1/s^2 of the raw roll's. FISTA's row also gives its mean iterations per batch.\n\n",
+         1/s^2 of the raw roll's.\n\n",
     );
     out += &header(study, &columns);
     for (r, res) in regimes.iter().zip(results) {

@@ -569,15 +569,7 @@ impl<B: TrainBackend> Pretrainer<B> {
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(|e| io(e, &tmp))?;
         let rec = BinFileRecorder::<FullPrecisionSettings>::new();
-        // Records are positional: a checkpoint of other model settings, or of a build whose
-        // modules differ, fails to decode rather than loading the wrong tensors.
-        let record_err = |e: burn::record::RecorderError| {
-            ClrError::Checkpoint(format!(
-                "{} does not load ({e}); was it written with other model settings or by another \
-                 version of vlgo?",
-                dir.display()
-            ))
-        };
+        let record_err = |e: burn::record::RecorderError| ClrError::Checkpoint(e.to_string());
         self.model
             .clone()
             .save_file(tmp.join("model"), &rec)
@@ -602,7 +594,15 @@ impl<B: TrainBackend> Pretrainer<B> {
     pub fn resume(config: PretrainConfig, dir: &Path, device: &B::Device) -> Result<Self> {
         let mut fresh = Self::new(config, device)?;
         let rec = BinFileRecorder::<FullPrecisionSettings>::new();
-        let record_err = |e: burn::record::RecorderError| ClrError::Checkpoint(e.to_string());
+        // Records are positional: a checkpoint of other model settings, or of a build whose
+        // modules differ, fails to decode rather than loading the wrong tensors.
+        let record_err = |e: burn::record::RecorderError| {
+            ClrError::Checkpoint(format!(
+                "{} does not load ({e}); was it written with other model settings or by another \
+                 version of vlgo?",
+                dir.display()
+            ))
+        };
         fresh.model = fresh
             .model
             .load_file(dir.join("model"), &rec, device)
