@@ -116,6 +116,16 @@ impl BackendName {
     /// assert!(BackendName::from_args(&["--backend".to_string()], None).is_err());
     /// ```
     pub fn from_args(args: &[String], env: Option<String>) -> Result<(Self, Vec<String>)> {
+        let (named, rest) = Self::split_args(args)?;
+        let backend = match named.or(env.filter(|e| !e.trim().is_empty())) {
+            Some(name) => Self::parse(&name)?,
+            None => Self::default_choice(),
+        };
+        Ok((backend, rest))
+    }
+
+    /// The value of `--backend NAME` in `args`, unchecked, and the other arguments.
+    pub fn split_args(args: &[String]) -> Result<(Option<String>, Vec<String>)> {
         let mut rest = Vec::with_capacity(args.len());
         let mut named = None;
         let mut it = args.iter();
@@ -135,20 +145,11 @@ impl BackendName {
                 rest.push(arg.clone());
             }
         }
-        let backend = match named.or(env.filter(|e| !e.trim().is_empty())) {
-            Some(name) => Self::parse(&name)?,
-            None => Self::default_choice(),
-        };
-        Ok((backend, rest))
+        Ok((named, rest))
     }
 }
 
 impl BackendName {
-    /// The backend named by the `VLGO_BACKEND` variable, else the default.
-    pub fn from_env() -> Result<Self> {
-        Ok(Self::from_args(&[], std::env::var("VLGO_BACKEND").ok())?.0)
-    }
-
     /// Runs `job` on this backend's default device (under autodiff).
     ///
     /// ```

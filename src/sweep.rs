@@ -94,6 +94,22 @@ impl Axis {
             .collect()
     }
 
+    /// `name=value` of each axis, joined by `,`: names a run's folder (`/` written `_`).
+    ///
+    /// ```
+    /// use vlgo::sweep::Axis;
+    /// let axes = [Axis::parse("a.lambda=1,10").unwrap(), Axis::parse("dir=x/y").unwrap()];
+    /// assert_eq!(Axis::label(&axes, &["10".into(), "x/y".into()]), "lambda=10,dir=x_y");
+    /// ```
+    pub fn label(axes: &[Axis], values: &[String]) -> String {
+        let parts: Vec<String> = axes
+            .iter()
+            .zip(values)
+            .map(|(a, v)| format!("{}={v}", a.name()))
+            .collect();
+        parts.join(",").replace('/', "_")
+    }
+
     /// Every combination of the axes' values, the last axis varying fastest.
     pub fn grid(axes: &[Axis]) -> Vec<Vec<String>> {
         let mut combos: Vec<Vec<String>> = vec![Vec::new()];
@@ -214,15 +230,9 @@ impl Sweep {
                 }
                 config = set(&config, &format!("pretrain.seed={seed}"))?;
                 config.validate()?;
-                let label: Vec<String> = self
-                    .axes
-                    .iter()
-                    .zip(&values)
-                    .map(|(a, v)| format!("{}={v}", a.name()))
-                    .collect();
                 let dir = self
                     .out
-                    .join(format!("{}-seed{seed}", label.join(",")).replace('/', "_"));
+                    .join(format!("{}-seed{seed}", Axis::label(&self.axes, &values)));
                 points.push(Point {
                     values: values.clone(),
                     seed,

@@ -365,7 +365,7 @@ pub fn example(config: &str) -> Result<serde_json::Value> {
 /// (default `runs/example-<config>`) on `B`, evaluates, and returns the summary.
 pub fn run_example<B: TrainBackend>(config: &str, device: &B::Device) -> Result<serde_json::Value> {
     // `--backend NAME` is not a path: it chose the backend already (see `example`).
-    let (_, args) = BackendName::from_args(&std::env::args().skip(1).collect::<Vec<_>>(), None)?;
+    let (_, args) = BackendName::split_args(&std::env::args().skip(1).collect::<Vec<_>>())?;
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("configs")
         .join(format!("{config}.toml"));

@@ -52,16 +52,6 @@ impl Regime {
             .map(|(m, _)| m.to_string())
             .collect()
     }
-
-    /// `name=value` of each axis.
-    pub fn label(&self, axes: &[Axis]) -> String {
-        let parts: Vec<String> = axes
-            .iter()
-            .zip(&self.values)
-            .map(|(a, v)| format!("{}={v}", a.name()))
-            .collect();
-        parts.join(", ")
-    }
 }
 
 impl Study {
@@ -118,13 +108,7 @@ impl Study {
                     (m, *first.entry(key).or_insert(index))
                 })
                 .collect();
-            let label: Vec<String> = self
-                .axes
-                .iter()
-                .zip(&values)
-                .map(|(a, v)| format!("{}={v}", a.name()))
-                .collect();
-            let dir = self.out.join(label.join(",").replace('/', "_"));
+            let dir = self.out.join(Axis::label(&self.axes, &values));
             if let Some(r) = regimes.iter().find(|r| r.dir == dir) {
                 return Err(CliError::invalid(
                     "--grid",
