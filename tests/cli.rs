@@ -584,21 +584,33 @@ fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
         assert!((0.0..=100.0).contains(&top1), "{top1}");
         let (a, b) = (steps(&cpu), steps(&across));
         assert_eq!(a.len(), b.len(), "{method}: steps logged");
-        // The first step after the resume sees the checkpoint's weights and the same keyed
-        // views: its losses are the CPU's. (The later steps are not compared: on wgpu the
-        // gradients differ from the CPU's, an open problem measured in docs/backends.md.)
+        // The steps after the resume see the checkpoint's weights and the same keyed views:
+        // their losses and gradient norms are the CPU's, up to rounding that grows by the
+        // step (measured: within 2.3e-5 relative over the epoch).
         let first = a
             .iter()
             .position(|x| x["epoch"] == 2)
             .expect("a second epoch");
-        for key in ["loss_nce", "loss_manifold", "kl"] {
-            let (Some(p), Some(q)) = (a[first][key].as_f64(), b[first][key].as_f64()) else {
-                continue;
-            };
-            assert!(
-                (p - q).abs() <= 1e-3 * p.abs().max(1e-6),
-                "{method}: {key} {p} on the CPU, {q} on wgpu after the resume"
-            );
+        let keys = [
+            "loss_nce",
+            "loss_manifold",
+            "kl",
+            "grad_norm",
+            "operators_grad_norm",
+            "variational_grad_norm",
+        ];
+        for (i, (p, q)) in a.iter().zip(&b).enumerate().skip(first) {
+            let tolerance = if i == first { 1e-4 } else { 1e-3 };
+            for key in keys {
+                let (Some(x), Some(y)) = (p[key].as_f64(), q[key].as_f64()) else {
+                    continue;
+                };
+                assert!(
+                    (x - y).abs() <= tolerance * x.abs().max(1e-6),
+                    "{method}, step {}: {key} {x} on the CPU, {y} on wgpu after the resume",
+                    i + 1
+                );
+            }
         }
     }
     let run = dir.join("simclr-mlp-across").display().to_string();

@@ -180,11 +180,89 @@ mod tensor_ops {
         options: ConvOptions<2>,
         want: [bool; 2],
     ) -> [Option<FloatTensor<B>>; 2] {
+        use burn::tensor::TensorMetadata;
         let dx = want[0].then(|| {
-            B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone())
+            let kernel = &weight.shape()[2..];
+            let gapped = (0..2).any(|i| kernel[i] * options.dilation[i] < options.stride[i]);
+            match gapped {
+                true => conv_x_backward_gapped::<B>(
+                    x.shape().dims(),
+                    weight.clone(),
+                    grad.clone(),
+                    &options,
+                ),
+                false => {
+                    B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone())
+                }
+            }
         });
         let dw = want[1].then(|| B::conv2d_weight_backward(x, weight, grad, options));
         [dx, dw]
+    }
+
+    /// The adjoint of x of a convolution whose windows leave gaps (kernel x dilation < stride,
+    /// as in ResNet's 1x1 stride-2 shortcut), as a transposed convolution spelled out: the
+    /// output's adjoint spread onto the stride grid, a stride-1 convolution with the flipped,
+    /// transposed kernel, then the rows the forward pass never read (zero) and the padding
+    /// (cropped). Burn 0.21's CubeCL `conv_transpose2d` (behind `conv2d_x_backward` on wgpu and
+    /// CUDA) returns zeros for these shapes.
+    pub fn conv_x_backward_gapped<B: Backend>(
+        [n, c_in, h, w]: [usize; 4],
+        weight: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        options: &ConvOptions<2>,
+    ) -> FloatTensor<B> {
+        let weight: Tensor<B, 4> = wrap(weight);
+        let grad: Tensor<B, 4> = wrap(grad);
+        let [c_out, c_in_group, kh, kw] = weight.dims();
+        let [_, _, oh, ow] = grad.dims();
+        let (g, [sh, sw], [dh, dw]) = (options.groups, options.stride, options.dilation);
+        let device = grad.device();
+        // Zeros between the output's rows and columns: [N, C_out, (oh-1) sh + 1, (ow-1) sw + 1].
+        let spread = grad.reshape([n, c_out, oh, 1, ow, 1]);
+        let spread = match sh > 1 {
+            true => Tensor::cat(
+                vec![
+                    spread.clone(),
+                    Tensor::zeros([n, c_out, oh, sh - 1, ow, 1], &device),
+                ],
+                3,
+            ),
+            false => spread,
+        };
+        let spread = match sw > 1 {
+            true => Tensor::cat(
+                vec![
+                    spread.clone(),
+                    Tensor::zeros([n, c_out, oh, sh, ow, sw - 1], &device),
+                ],
+                5,
+            ),
+            false => spread,
+        };
+        let (uh, uw) = ((oh - 1) * sh + 1, (ow - 1) * sw + 1);
+        let spread =
+            spread
+                .reshape([n, c_out, oh * sh, ow * sw])
+                .slice([0..n, 0..c_out, 0..uh, 0..uw]);
+        // Per group, [C_out / g, C_in / g] becomes [C_in / g, C_out / g]; the taps flip.
+        let flipped = weight
+            .reshape([g, c_out / g, c_in_group, kh, kw])
+            .swap_dims(1, 2)
+            .reshape([c_in, c_out / g, kh, kw])
+            .flip([2, 3]);
+        let full = Tensor::<B, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(B::conv2d(
+            unwrap(spread),
+            unwrap(flipped),
+            None,
+            ConvOptions::new([1, 1], [(kh - 1) * dh, (kw - 1) * dw], [dh, dw], g),
+        )));
+        // `full` covers the padded input up to the last position a window reached.
+        let [ph, pw] = options.padding;
+        let (fh, fw) = (uh + (kh - 1) * dh, uw + (kw - 1) * dw);
+        let padded = Tensor::zeros([n, c_in, h + 2 * ph, w + 2 * pw], &device)
+            .slice_assign([0..n, 0..c_in, 0..fh, 0..fw], full);
+        unwrap(padded.slice([0..n, 0..c_in, ph..ph + h, pw..pw + w]))
     }
 
     pub fn batch_norm_train<B: Backend>(
