@@ -34,6 +34,16 @@ for line in sys.stdin:
 # Captured, not read from a process substitution, so that a failed build stops the script here.
 tests="$(executables test -p vlgo-core --features test-cuda --no-run)"
 benches="$(executables bench -p vlgo-core --bench gpu --features cuda --no-run)"
+# The program with CUDA, for the training part.
+program="$(cargo build --release --features cuda --bin vlgo --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-message":
+        print(m["message"]["rendered"], end="", file=sys.stderr)
+    elif m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "vlgo":
+        print("vlgo-cuda-program", m["executable"])
+')"
 
 rm -rf "$dir"
 mkdir -p "$dir/bin"
@@ -42,11 +52,14 @@ while read -r name path; do
   strip "$dir/bin/$name"
   xz -T0 -6 "$dir/bin/$name"
 done <<<"$tests
-$benches"
-for want in unit suite gpu; do
+$benches
+$program"
+for want in unit suite gpu vlgo-cuda-program; do
   [ -e "$dir/bin/$want.xz" ] || { echo "gpu-bundle: cargo built no '$want' executable" >&2; exit 1; }
 done
-cp scripts/gpu-bench.sh "$dir/"
+cp scripts/gpu-bench.sh scripts/gpu-train.sh scripts/synthetic_cifar10.py scripts/pytorch_step_anchor.py "$dir/"
+mkdir -p "$dir/configs"
+cp configs/cifar10-simclr-mlp.toml configs/cifar10-manifoldclr-mlp.toml "$dir/configs/"
 if [ -f "$anchors" ]; then
   cp "$anchors" "$dir/"
 else
@@ -70,22 +83,30 @@ cat >"$dir/bin/gpu-cuda" <<'GPU'
 bin="$(dirname "$0")"
 exec "$bin/with-cuda" "$bin/gpu" "$@"
 GPU
-chmod +x "$dir/bin/with-cuda" "$dir/bin/gpu-cuda"
+cat >"$dir/bin/vlgo" <<'VLGO'
+#!/usr/bin/env bash
+bin="$(dirname "$0")"
+exec "$bin/with-cuda" "$bin/vlgo-cuda-program" "$@"
+VLGO
+chmod +x "$dir/bin/with-cuda" "$dir/bin/gpu-cuda" "$dir/bin/vlgo"
 
 cat >"$dir/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # vlgo's GPU checks on a CUDA machine: the benchmark and PyTorch's anchors (gpu-bench.sh with the
-# packed benchmark), then vlgo-core's unit and suite tests on `Cuda`. Each part's output also goes
-# to LOGDIR/{bench,unit,suite}.log (default LOGDIR: logs/ beside this script); a part that outlives
+# packed benchmark), the training figures (gpu-train.sh with the packed program: SimCLR-MLP and
+# ManifoldCLR-MLP steps at CIFAR-10's shape, a CIFAR-10-sized epoch, PyTorch's step), then
+# vlgo-core's unit and suite tests on `Cuda`. Each part's output also goes to
+# LOGDIR/{bench,train,unit,suite}.log (default LOGDIR: logs/ beside this script); a part that outlives
 # VLGO_GPU_STEP_LIMIT seconds (default 420) is stopped and the others still run. Where a job on the
-# GPU machine is limited in time, run `run.sh LOGDIR bench` and `run.sh LOGDIR tests` as two.
-# Usage: run.sh [LOGDIR] [bench|tests|all (default)]
+# GPU machine is limited in time, run `run.sh LOGDIR bench`, `run.sh LOGDIR train` and
+# `run.sh LOGDIR tests` apart.
+# Usage: run.sh [LOGDIR] [bench|train|tests|all (default)]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-case "${1:-}" in bench | tests | all) set -- "$here/logs" "$1" ;; esac
+case "${1:-}" in bench | train | tests | all) set -- "$here/logs" "$1" ;; esac
 log="$(realpath -m "${1:-$here/logs}")"
 what="${2:-all}"
-case "$what" in bench | tests | all) ;; *) echo "run.sh: '$what' is not bench, tests or all" >&2; exit 2 ;; esac
+case "$what" in bench | train | tests | all) ;; *) echo "run.sh: '$what' is not bench, train, tests or all" >&2; exit 2 ;; esac
 limit="${VLGO_GPU_STEP_LIMIT:-420}"
 mkdir -p "$log"
 failed=0
@@ -115,10 +136,13 @@ step() { # name, then the command
     failed=1
   fi
 }
-if [ "$what" != tests ]; then
+if [ "$what" = bench ] || [ "$what" = all ]; then
   step bench env VLGO_GPU_BENCH_BIN="$here/bin/gpu-cuda" bash "$here/gpu-bench.sh" "$here/pytorch_anchors.py"
 fi
-if [ "$what" != bench ]; then
+if [ "$what" = train ] || [ "$what" = all ]; then
+  step train env VLGO_BIN="$here/bin/vlgo" bash "$here/gpu-train.sh" "$log/train"
+fi
+if [ "$what" = tests ] || [ "$what" = all ]; then
   step unit "$here/bin/with-cuda" "$here/bin/unit"
   step suite "$here/bin/with-cuda" "$here/bin/suite"
 fi

@@ -37,27 +37,27 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
     }
 }
 
-/// The global L2 norm of the gradients `grads` holds for `module`'s parameters, and, when it
-/// exceeds `max_norm`, those gradients scaled so that it equals `max_norm` (factor
-/// max_norm / (norm + 1e-6), as PyTorch). Returns the norm before clipping (0 without
-/// gradients).
+/// The global L2 norm of the gradients `grads` holds for `module`'s parameters, shape `[1]` (0
+/// without gradients), and, when it exceeds `max_norm`, those gradients scaled so that it equals
+/// `max_norm` (factor max_norm / (norm + 1e-6), as PyTorch).
+///
+/// Nothing is read back: the norm stays on the device (a training step reads it with its loss)
+/// and, as in PyTorch, the gradients are multiplied by the factor clamped to 1, which leaves
+/// them exactly as they are when the norm is within bounds.
 pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &mut GradientsParams,
     max_norm: Option<f64>,
-) -> f64 {
+) -> Tensor<B::InnerBackend, 1> {
     let mut visitor = SquaredNorm::<B> { grads, sum: None };
     module.visit(&mut visitor);
     let Some(sum) = visitor.sum else {
-        return 0.0;
+        return Tensor::zeros([1], &Default::default());
     };
     let norm = sum.sqrt();
-    let value = norm.clone().into_scalar().to_f64();
-    if let Some(max) = max_norm
-        && value > max
-    {
-        let factor = (norm + 1e-6).recip() * max;
+    if let Some(max) = max_norm {
+        let factor = ((norm.clone() + 1e-6).recip() * max).clamp_max(1.0);
         module.visit(&mut Scale::<B> { grads, factor });
     }
-    value
+    norm
 }

@@ -40,7 +40,7 @@ pub use eval::{
 };
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
-pub use manifold::{ManifoldConfig, ManifoldDiagnostics, ManifoldStep};
+pub use manifold::{ManifoldConfig, ManifoldDiagnostics, ManifoldFigures, ManifoldStep};
 pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
 pub use pretrain::{
     FeatureLog, GroupConfig, ManifoldLog, PretrainConfig, PretrainHooks, Pretrainer, StepLog,

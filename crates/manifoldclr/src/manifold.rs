@@ -14,7 +14,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 use vlgo_core::{
     ExpmBackend, FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams, OperatorForm,
-    Threshold, ThresholdVariant, WarmupBlend, distance_improvement, sample,
+    Threshold, ThresholdVariant, WarmupBlend, distance_improvement_tensor, sample,
 };
 use vlgo_nn::{Vlgo, VlgoConfig};
 
@@ -187,14 +187,80 @@ pub struct ManifoldStep<B: Backend> {
     pub kl: Tensor<B, 1>,
     /// lambda L_m + beta KL (+ the shift penalty), shape `[1]`.
     pub loss: Tensor<B, 1>,
+    /// The step's distance improvement and diagnostics, still on the device (no gradient):
+    /// [`ManifoldStep::read_figures`] reads them; a training step reads them with its loss and
+    /// decodes them with [`ManifoldFigures::decode`].
+    pub figures: Tensor<B, 1>,
+}
+
+impl<B: Backend> ManifoldStep<B> {
+    /// The distance improvement and diagnostics, read back in one transfer.
+    pub fn read_figures(&self) -> Result<ManifoldFigures> {
+        ManifoldFigures::decode(&read_floats(self.figures.clone())?)
+    }
+}
+
+/// Reads a tensor back as f32s.
+pub(crate) fn read_floats<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .map_err(|e| ClrError::invalid("step figures", format!("{e:?}"), "readable floats"))
+}
+
+/// A step's distance improvement and diagnostics, read back (see [`ManifoldStep::figures`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManifoldFigures {
     /// Distance improvement of the encoder's sample (< 1: the operators move z0 toward z1).
     pub distance_improvement: f64,
     /// The step's coefficient and operator figures.
     pub diagnostics: ManifoldDiagnostics,
 }
 
-/// What a step's coefficients and operators look like: read back from the
-/// device in one transfer.
+/// Entries of [`ManifoldStep::figures`] before the generator norms: the distance improvement,
+/// the samples, the non-zero count, sum |c|, the generators used, and [min, max] of the
+/// encoder's log-scales and locations and of the prior's.
+const FIGURES_HEAD: usize = 13;
+
+impl ManifoldFigures {
+    /// Entries of the figures of a dictionary of `generators` operators.
+    pub fn len(generators: usize) -> usize {
+        FIGURES_HEAD + generators
+    }
+
+    /// The figures from the values of [`ManifoldStep::figures`].
+    pub fn decode(values: &[f32]) -> Result<Self> {
+        if values.len() < FIGURES_HEAD {
+            return Err(ClrError::invalid(
+                "step figures",
+                format!("{} values", values.len()),
+                format!("at least {FIGURES_HEAD}"),
+            ));
+        }
+        let v = |i: usize| f64::from(values[i]);
+        let (samples, nonzero) = (v(1).max(1.0), v(2));
+        let pair = |i: usize, f: fn(f64) -> f64| [f(v(i)), f(v(i + 1))];
+        let id = |x: f64| x;
+        Ok(Self {
+            distance_improvement: v(0),
+            diagnostics: ManifoldDiagnostics {
+                nonzero_per_sample: nonzero / samples,
+                mean_abs_coefficient: if nonzero > 0.0 { v(3) / nonzero } else { 0.0 },
+                generators_used: v(4) as usize,
+                generator_norms: values[FIGURES_HEAD..]
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect(),
+                encoder_scale_range: pair(5, f64::exp),
+                encoder_loc_range: pair(7, id),
+                prior_scale_range: pair(9, f64::exp),
+                prior_loc_range: pair(11, id),
+            },
+        })
+    }
+}
+
+/// What a step's coefficients and operators look like.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ManifoldDiagnostics {
     /// Mean count of non-zero coefficients per sample (encoder samples).
@@ -215,69 +281,42 @@ pub struct ManifoldDiagnostics {
     pub prior_loc_range: [f64; 2],
 }
 
-impl ManifoldDiagnostics {
-    /// The figures of encoder samples `coefficients` ([N, M]), the encoder's and prior's
-    /// parameters and the generators.
-    fn read<B: Backend>(
-        coefficients: Tensor<B, 2>,
-        posterior: &LaplaceParams<B>,
-        prior: &LaplaceParams<B>,
-        norms: Tensor<B, 1>,
-    ) -> Result<Self> {
-        let [n, m] = coefficients.dims();
-        let parts = [
-            coefficients,
-            posterior.log_scale.clone(),
-            posterior.loc.clone(),
-            prior.log_scale.clone(),
-            prior.loc.clone(),
-        ];
-        let flat: Vec<Tensor<B, 1>> = parts
-            .into_iter()
-            .map(|t| t.detach().reshape([n * m]))
-            .chain([norms.detach()])
-            .collect();
-        let values = Tensor::cat(flat, 0)
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .map_err(|e| ClrError::invalid("coefficients", format!("{e:?}"), "readable floats"))?;
-        let mut chunks = values.chunks(n * m);
-        let mut next = || chunks.next().unwrap_or_default();
-        let (c, enc_log_s, enc_loc, prior_log_s, prior_loc) =
-            (next(), next(), next(), next(), next());
-        let norms = &values[5 * n * m..];
-        let nonzero: Vec<f64> = c
-            .iter()
-            .filter(|v| **v != 0.0)
-            .map(|v| f64::from(v.abs()))
-            .collect();
-        let used = (0..m)
-            .filter(|&j| c.iter().skip(j).step_by(m).any(|v| *v != 0.0))
-            .count();
-        let range = |xs: &[f32], f: fn(f64) -> f64| {
-            xs.iter()
-                .fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &x| {
-                    let x = f(f64::from(x));
-                    [lo.min(x), hi.max(x)]
-                })
-        };
-        let id = |x: f64| x;
-        Ok(Self {
-            nonzero_per_sample: nonzero.len() as f64 / n.max(1) as f64,
-            mean_abs_coefficient: if nonzero.is_empty() {
-                0.0
-            } else {
-                nonzero.iter().sum::<f64>() / nonzero.len() as f64
-            },
-            generators_used: used,
-            generator_norms: norms.iter().map(|&v| f64::from(v)).collect(),
-            encoder_scale_range: range(enc_log_s, f64::exp),
-            encoder_loc_range: range(enc_loc, id),
-            prior_scale_range: range(prior_log_s, f64::exp),
-            prior_loc_range: range(prior_loc, id),
-        })
+/// The figures of [`ManifoldStep::figures`], computed on the device from the distance
+/// improvement, the encoder's samples `coefficients` ([N, M]), the encoder's and prior's
+/// parameters and the generators' norms.
+fn figures<B: Backend>(
+    distance_improvement: Tensor<B, 1>,
+    coefficients: Tensor<B, 2>,
+    posterior: &LaplaceParams<B>,
+    prior: &LaplaceParams<B>,
+    norms: Tensor<B, 1>,
+) -> Tensor<B, 1> {
+    let device = coefficients.device();
+    let samples = coefficients.dims()[0];
+    let c = coefficients.detach();
+    let nonzero = c.clone().not_equal_elem(0.0).float();
+    let used = nonzero.clone().sum_dim(0).greater_elem(0.0).float().sum();
+    let range = |t: &Tensor<B, 2>| {
+        let flat = t.clone().detach().flatten::<1>(0, 1);
+        [flat.clone().min(), flat.max()]
+    };
+    let mut parts = vec![
+        distance_improvement.detach(),
+        Tensor::from_floats([samples as f32], &device),
+        nonzero.sum(),
+        c.abs().sum(),
+        used,
+    ];
+    for t in [
+        &posterior.log_scale,
+        &posterior.loc,
+        &prior.log_scale,
+        &prior.loc,
+    ] {
+        parts.extend(range(t));
     }
+    parts.push(norms.detach());
+    Tensor::cat(parts, 0)
 }
 
 /// The VLGO step on (z0, z1) at `iteration`: z0 moved by a prior sample (the anchor of the
@@ -304,16 +343,17 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         }
     };
     let step = vlgo.step(scaled(&z0), scaled(&z1), &streams, iteration)?;
-    let di = distance_improvement(z0.clone(), z1, step.transported.clone().detach())?;
+    let di = distance_improvement_tensor(z0.clone(), z1, step.transported.clone().detach())?;
     // The learned prior of this iteration, which the KL targets, also draws the augmentation
     // (unless S2 or S4): one prior pass serves both.
     let prior = step.prior.clone();
-    let diagnostics = ManifoldDiagnostics::read(
+    let figures = figures(
+        di,
         step.coefficients.clone(),
         &step.posterior,
         &prior,
         vlgo.operators.generator_norms(),
-    )?;
+    );
     let n = z0.dims()[0].max(1) as f64;
     let mut loss = step.manifold_loss.clone() * lambda + step.kl.clone() * vlgo.beta;
     if config.shift_l2 > 0.0 {
@@ -341,8 +381,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
             loss_manifold: step.manifold_loss,
             kl: step.kl,
             loss,
-            distance_improvement: di,
-            diagnostics,
+            figures,
         },
     ))
 }
@@ -371,7 +410,7 @@ mod tests {
     use vlgo_core::testing::TestBackend as B;
 
     #[test]
-    fn diagnostics_read_each_part_from_its_place() {
+    fn figures_read_each_part_from_its_place() {
         let device = Default::default();
         let t = |rows: [[f32; 4]; 2]| Tensor::<B, 2>::from_floats(rows, &device);
         // Generator 1 is never used; |c| of the non-zeros: 1, 2, 3, 4, 5, 6.
@@ -385,8 +424,13 @@ mod tests {
             LaplaceParams::new(rows(loc), rows(log_s)).unwrap()
         };
         let norms = Tensor::<B, 1>::from_floats([1.0, 2.0, 3.0, 4.0], &device);
-        let d =
-            ManifoldDiagnostics::read(c, &params(0.1, -1.0), &params(-2.0, 0.0), norms).unwrap();
+        let di = Tensor::<B, 1>::from_floats([0.75], &device);
+        let values = figures(di, c, &params(0.1, -1.0), &params(-2.0, 0.0), norms);
+        assert_eq!(values.dims(), [ManifoldFigures::len(4)]);
+        let figures = ManifoldFigures::decode(&read_floats(values).unwrap()).unwrap();
+        assert_eq!(figures.distance_improvement, 0.75);
+        assert!(ManifoldFigures::decode(&[0.0; FIGURES_HEAD - 1]).is_err());
+        let d = figures.diagnostics;
         assert_eq!(d.generators_used, 3);
         assert_eq!(d.nonzero_per_sample, 6.0 / 4.0);
         assert!((d.mean_abs_coefficient - 3.5).abs() < 1e-9);

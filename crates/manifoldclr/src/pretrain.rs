@@ -24,7 +24,7 @@ use vlgo_core::layers::LayerBackend;
 use crate::clip::clip_global_norm;
 use crate::error::{ClrError, Result};
 use crate::eval::spectrum;
-use crate::manifold::ManifoldDiagnostics;
+use crate::manifold::{ManifoldDiagnostics, ManifoldFigures, read_floats};
 use crate::method::{ContrastiveConfig, ContrastiveModel};
 use crate::schedule::WarmupCosine;
 
@@ -323,6 +323,10 @@ pub trait PretrainHooks<B: TrainBackend> {
 
 type Adam<B> = OptimizerAdaptor<AdamW, ContrastiveModel<B>, B>;
 
+/// Batches whose views may be made ahead of the step that uses them: one is enough to hide
+/// the augmentation behind the step, a second absorbs an uneven batch.
+const PREFETCH: usize = 2;
+
 /// Checkpoint files of the backbone's, head's, operators' and encoder and prior's optimisers.
 const OPTIM_FILES: [&str; 4] = [
     "optim-backbone",
@@ -430,119 +434,163 @@ impl<B: TrainBackend> Pretrainer<B> {
                 format!("at least one batch of {}", c.batch_size),
             ));
         }
-        let (s_backbone, s_head) = (
-            c.schedule(&c.backbone, per_epoch),
-            c.schedule(&c.head, per_epoch),
-        );
-        let (s_operators, s_variational) = (
-            c.schedule(&c.operators, per_epoch),
-            c.schedule(&c.variational, per_epoch),
-        );
-        let [ch, h, w] = data.shape();
+        let schedules =
+            [&c.backbone, &c.head, &c.operators, &c.variational].map(|g| c.schedule(g, per_epoch));
+        let shape = data.shape();
         for epoch in self.state.epochs_done..c.epochs {
             let start = Instant::now();
             let mut order: Vec<usize> = (0..data.len()).collect();
             order.shuffle(&mut StdRng::seed_from_u64(
                 c.seed ^ (epoch as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             ));
-            for batch in order.chunks_exact(c.batch_size) {
-                let t = Instant::now();
-                let [v0, v1] = data.views(batch, epoch)?;
-                let n = batch.len();
-                let v0 = Tensor::<B, 4>::from_data(TensorData::new(v0, [n, ch, h, w]), device);
-                let v1 = Tensor::<B, 4>::from_data(TensorData::new(v1, [n, ch, h, w]), device);
-                let step = self.state.steps_done;
-                let out = self.model.step(v0, v1, step as u64)?;
-                let loss = out.loss.clone().into_scalar().to_f64();
-                let diverged = |what, value| ClrError::Diverged {
-                    epoch: epoch + 1,
-                    step: step + 1,
-                    what,
-                    value,
-                };
-                if !loss.is_finite() {
-                    return Err(diverged("loss", loss));
-                }
-                let mut grads = out.loss.backward();
-                let mut g_backbone = GradientsParams::from_module(&mut grads, &self.model.backbone);
-                let mut g_head = GradientsParams::from_module(&mut grads, &self.model.head);
-                // The operators' gradients leave `grads` first, so that the rest of the VLGO
-                // model's are the encoder's and prior's, clipped together.
-                let mut g_vlgo = self.model.vlgo.as_ref().map(|v| {
-                    let ops = GradientsParams::from_module(&mut grads, &v.operators);
-                    (ops, GradientsParams::from_module(&mut grads, v))
-                });
-                let grad_norm =
-                    clip_global_norm(&self.model.backbone, &mut g_backbone, c.backbone.clip);
-                let head_norm = clip_global_norm(&self.model.head, &mut g_head, c.head.clip);
-                let vlgo_norms = match (&self.model.vlgo, &mut g_vlgo) {
-                    (Some(v), Some((ops, var))) => {
-                        let o = clip_global_norm(&v.operators, ops, c.operators.clip);
-                        let n = clip_global_norm(v, var, c.variational.clip);
-                        if !o.is_finite() {
-                            return Err(diverged("operators gradient norm", o));
+            let batches: Vec<&[usize]> = order.chunks_exact(c.batch_size).collect();
+            std::thread::scope(|scope| -> Result<()> {
+                // The views of the next batches are made on another thread while the device
+                // runs the step: a bounded queue, at most PREFETCH batches ahead. The views are
+                // keyed by (seed, epoch, index, view), so the order of their making is free.
+                let (tx, rx) = std::sync::mpsc::sync_channel(PREFETCH);
+                let ahead = batches.clone();
+                scope.spawn(move || {
+                    for batch in ahead {
+                        let views = data.views(batch, epoch);
+                        let failed = views.is_err();
+                        if tx.send(views).is_err() || failed {
+                            break;
                         }
-                        if !n.is_finite() {
-                            return Err(diverged("encoder and prior gradient norm", n));
-                        }
-                        Some((o, n))
                     }
-                    _ => None,
-                };
-                // A NaN input can leave the loss finite (ReLU maps NaN to 0) and still poison
-                // the weights through their gradients: check those too, before the step.
-                if !grad_norm.is_finite() {
-                    return Err(diverged("backbone gradient norm", grad_norm));
+                });
+                for (batch, views) in batches.iter().zip(rx) {
+                    // The step's time counts the wait for views that were not ready.
+                    let t = Instant::now();
+                    let views = views?;
+                    let n = batch.len();
+                    self.train_step(epoch, shape, n, views, &schedules, hooks, device, t)?;
                 }
-                if !head_norm.is_finite() {
-                    return Err(diverged("head gradient norm", head_norm));
-                }
-                let lr = s_backbone.lr(step);
-                let manifold = match (&out.manifold, vlgo_norms) {
-                    (Some(m), Some((o, v))) => Some(ManifoldLog {
-                        loss_manifold: m.loss_manifold.clone().into_scalar().to_f64(),
-                        kl: m.kl.clone().into_scalar().to_f64(),
-                        distance_improvement: m.distance_improvement,
-                        diagnostics: m.diagnostics.clone(),
-                        operators_grad_norm: o,
-                        variational_grad_norm: v,
-                    }),
-                    _ => None,
-                };
-                let loss_nce = out.loss_nce.into_scalar().to_f64();
-                let features = match c.spectrum_every {
-                    0 => None,
-                    k if !step.is_multiple_of(k) => None,
-                    _ => Some(FeatureLog::of(out.features.detach())?),
-                };
-                let model = self.model.clone();
-                let model = self.opt_backbone.step(lr, model, g_backbone);
-                let mut model = self.opt_head.step(s_head.lr(step), model, g_head);
-                if let Some((ops, var)) = g_vlgo {
-                    model = self.opt_operators.step(s_operators.lr(step), model, ops);
-                    model = self
-                        .opt_variational
-                        .step(s_variational.lr(step), model, var);
-                }
-                self.model = model;
-                self.state.steps_done += 1;
-                hooks.step(&StepLog {
-                    step: self.state.steps_done,
-                    epoch: epoch + 1,
-                    loss_nce,
-                    lr,
-                    grad_norm,
-                    images_per_second: n as f64 / t.elapsed().as_secs_f64(),
-                    features,
-                    manifold,
-                })?;
-            }
+                Ok(())
+            })?;
             self.state.epochs_done = epoch + 1;
             self.state.train_seconds += start.elapsed().as_secs_f64();
             self.save(checkpoints)?;
             hooks.epoch_end(epoch + 1, &self.model)?;
         }
         Ok(())
+    }
+
+    /// One optimisation step on the views of `n` images of `shape` [C, H, W]. Its figures come
+    /// back from the device in one read (the losses, the groups' gradient norms and the
+    /// manifold figures, all computed there); a non-finite one stops the run there, before the
+    /// step is applied.
+    #[allow(clippy::too_many_arguments)]
+    fn train_step(
+        &mut self,
+        epoch: usize,
+        [ch, h, w]: [usize; 3],
+        n: usize,
+        [v0, v1]: [Vec<f32>; 2],
+        schedules: &[WarmupCosine; 4],
+        hooks: &mut dyn PretrainHooks<B>,
+        device: &B::Device,
+        started: Instant,
+    ) -> Result<()> {
+        let c = &self.config;
+        let v0 = Tensor::<B, 4>::from_data(TensorData::new(v0, [n, ch, h, w]), device);
+        let v1 = Tensor::<B, 4>::from_data(TensorData::new(v1, [n, ch, h, w]), device);
+        let step = self.state.steps_done;
+        let out = self.model.step(v0, v1, step as u64)?;
+        let mut grads = out.loss.clone().backward();
+        let mut g_backbone = GradientsParams::from_module(&mut grads, &self.model.backbone);
+        let mut g_head = GradientsParams::from_module(&mut grads, &self.model.head);
+        // The operators' gradients leave `grads` first, so that the rest of the VLGO model's
+        // are the encoder's and prior's, clipped together.
+        let mut g_vlgo = self.model.vlgo.as_ref().map(|v| {
+            let ops = GradientsParams::from_module(&mut grads, &v.operators);
+            (ops, GradientsParams::from_module(&mut grads, v))
+        });
+        let mut figures = vec![
+            out.loss.clone().inner(),
+            out.loss_nce.clone().inner(),
+            clip_global_norm(&self.model.backbone, &mut g_backbone, c.backbone.clip),
+            clip_global_norm(&self.model.head, &mut g_head, c.head.clip),
+        ];
+        if let (Some(v), Some((ops, var)), Some(m)) = (&self.model.vlgo, &mut g_vlgo, &out.manifold)
+        {
+            figures.extend([
+                clip_global_norm(&v.operators, ops, c.operators.clip),
+                clip_global_norm(v, var, c.variational.clip),
+                m.loss_manifold.clone().inner(),
+                m.kl.clone().inner(),
+                m.figures.clone().inner(),
+            ]);
+        }
+        let values = read_floats(Tensor::cat(figures, 0))?;
+        let value = |i: usize| f64::from(values[i]);
+        let diverged = |what, value| ClrError::Diverged {
+            epoch: epoch + 1,
+            step: step + 1,
+            what,
+            value,
+        };
+        let (loss, loss_nce, grad_norm, head_norm) = (value(0), value(1), value(2), value(3));
+        if !loss.is_finite() {
+            return Err(diverged("loss", loss));
+        }
+        let manifold = match out.manifold {
+            Some(_) => {
+                let (o, v) = (value(4), value(5));
+                if !o.is_finite() {
+                    return Err(diverged("operators gradient norm", o));
+                }
+                if !v.is_finite() {
+                    return Err(diverged("encoder and prior gradient norm", v));
+                }
+                let figures = ManifoldFigures::decode(&values[8..])?;
+                Some(ManifoldLog {
+                    loss_manifold: value(6),
+                    kl: value(7),
+                    distance_improvement: figures.distance_improvement,
+                    diagnostics: figures.diagnostics,
+                    operators_grad_norm: o,
+                    variational_grad_norm: v,
+                })
+            }
+            None => None,
+        };
+        // A NaN input can leave the loss finite (ReLU maps NaN to 0) and still poison the
+        // weights through their gradients: check those too, before the step.
+        if !grad_norm.is_finite() {
+            return Err(diverged("backbone gradient norm", grad_norm));
+        }
+        if !head_norm.is_finite() {
+            return Err(diverged("head gradient norm", head_norm));
+        }
+        let features = match c.spectrum_every {
+            0 => None,
+            k if !step.is_multiple_of(k) => None,
+            _ => Some(FeatureLog::of(out.features.detach())?),
+        };
+        let [s_backbone, s_head, s_operators, s_variational] = schedules;
+        let lr = s_backbone.lr(step);
+        let model = self.model.clone();
+        let model = self.opt_backbone.step(lr, model, g_backbone);
+        let mut model = self.opt_head.step(s_head.lr(step), model, g_head);
+        if let Some((ops, var)) = g_vlgo {
+            model = self.opt_operators.step(s_operators.lr(step), model, ops);
+            model = self
+                .opt_variational
+                .step(s_variational.lr(step), model, var);
+        }
+        self.model = model;
+        self.state.steps_done += 1;
+        hooks.step(&StepLog {
+            step: self.state.steps_done,
+            epoch: epoch + 1,
+            loss_nce,
+            lr,
+            grad_norm,
+            images_per_second: n as f64 / started.elapsed().as_secs_f64(),
+            features,
+            manifold,
+        })
     }
 
     /// The optimisers in use with their checkpoint files: the operators' and the encoder's and

@@ -74,7 +74,7 @@ pub use laplace::{
     FixedPrior, LaplaceParams, Threshold, ThresholdVariant, WarmupBlend, kl_divergence,
     laplace_noise, sample, warmup_prior,
 };
-pub use loss::{distance_improvement, manifold_loss};
+pub use loss::{distance_improvement, distance_improvement_tensor, manifold_loss};
 pub use operators::{
     BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, OperatorInit, TransportMethod,
     TransportPullback,

@@ -33,9 +33,34 @@ pub fn distance_improvement<B: Backend>(
     z1: Tensor<B, 2>,
     z_hat: Tensor<B, 2>,
 ) -> Result<f64> {
+    Ok(distance_improvement_tensor(z0, z1, z_hat)?
+        .into_scalar()
+        .to_f64())
+}
+
+/// [`distance_improvement`] left on the device, shape `[1]`: a training step reads it back
+/// together with its loss, in one transfer.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+/// use vlgo_core::distance_improvement_tensor;
+///
+/// let device = Default::default();
+/// let z0 = Tensor::<NdArray, 2>::from_floats([[0.0, 0.0]], &device);
+/// let z1 = Tensor::<NdArray, 2>::from_floats([[2.0, 0.0]], &device);
+/// let halfway = Tensor::<NdArray, 2>::from_floats([[1.0, 0.0]], &device);
+/// let di = distance_improvement_tensor(z0, z1, halfway).unwrap();
+/// assert!((di.into_scalar() - 0.25).abs() < 1e-6);
+/// ```
+pub fn distance_improvement_tensor<B: Backend>(
+    z0: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+    z_hat: Tensor<B, 2>,
+) -> Result<Tensor<B, 1>> {
     check_pair("distance_improvement", &z0, &z1)?;
     check_pair("distance_improvement", &z_hat, &z1)?;
     let after = (z1.clone() - z_hat).detach().square().sum_dim(1);
     let before = (z1 - z0).detach().square().sum_dim(1) + 1e-6;
-    Ok((after / before).mean().into_scalar().to_f64())
+    Ok((after / before).mean())
 }
