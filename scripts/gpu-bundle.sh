@@ -57,7 +57,8 @@ $program"
 for want in unit suite gpu vlgo-cuda-program; do
   [ -e "$dir/bin/$want.xz" ] || { echo "gpu-bundle: cargo built no '$want' executable" >&2; exit 1; }
 done
-cp scripts/gpu-bench.sh scripts/gpu-train.sh scripts/synthetic_cifar10.py scripts/pytorch_step_anchor.py "$dir/"
+cp scripts/gpu-bench.sh scripts/gpu-train.sh scripts/train_summary.py scripts/synthetic_cifar10.py \
+  scripts/pytorch_step_anchor.py "$dir/"
 mkdir -p "$dir/configs"
 cp configs/cifar10-simclr-mlp.toml configs/cifar10-manifoldclr-mlp.toml "$dir/configs/"
 if [ -f "$anchors" ]; then
@@ -140,7 +141,8 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   step bench env VLGO_GPU_BENCH_BIN="$here/bin/gpu-cuda" bash "$here/gpu-bench.sh" "$here/pytorch_anchors.py"
 fi
 if [ "$what" = train ] || [ "$what" = all ]; then
-  step train env VLGO_BIN="$here/bin/vlgo" bash "$here/gpu-train.sh" "$log/train"
+  # Three runs with their kernels compiled, and PyTorch's: a longer limit of its own.
+  limit="${VLGO_GPU_TRAIN_LIMIT:-900}" step train env VLGO_BIN="$here/bin/vlgo" bash "$here/gpu-train.sh" "$log/train"
 fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   step unit "$here/bin/with-cuda" "$here/bin/unit"

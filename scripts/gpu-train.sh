@@ -49,7 +49,9 @@ peak_of() {
   local log="$1"
   shift
   if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$log.mem" &
+    # Card 0, the program's default device. This is what the driver sees in use (the CUDA
+    # context and the allocator's pools included), not PyTorch's max_memory_allocated.
+    nvidia-smi -i 0 --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$log.mem" &
     local sampler=$!
     sleep 0.5
     "$@"
@@ -66,14 +68,21 @@ run() { # name, config, data, then settings
   echo "== $name"
   peak_of "$out/runs/$name" "$bin" --backend "$backend" pretrain --config "$configs/$config" \
     --data-dir "$data" --out "$out/runs/$name" --set pretrain.epochs=1 --set knn_every=0 \
-    --set baselines=false --set probe.epochs=1 --set pretrain.warmup_epochs=0 "${sets[@]}" "$@" \
+    --set baselines=false --set probe.epochs=1 --set pretrain.warmup_epochs=0 ${sets[@]+"${sets[@]}"} "$@" \
     >"$out/$name.log" 2>&1 ||
     { echo "== $name failed (exit $?): see $out/$name.log"; tail -5 "$out/$name.log"; failed=1; }
 }
+# OUTDIR/train.md from the runs so far (written after each, so a stopped part keeps its figures).
+summarise() { python3 "$here/train_summary.py" "$out" "$backend"; }
 mkdir -p "$out/runs"
 run simclr-mlp-steps cifar10-simclr-mlp.toml "$out/steps-data"
-run manifoldclr-mlp-steps cifar10-manifoldclr-mlp.toml "$out/steps-data"
+summarise
+# Best-of-20 from the first step, as every step after the config's best_of_j_from (5000) runs.
+run manifoldclr-mlp-steps cifar10-manifoldclr-mlp.toml "$out/steps-data" \
+  --set pretrain.model.manifold.best_of_j_from=0
+summarise
 run simclr-mlp-epoch cifar10-simclr-mlp.toml "$out/epoch-data"
+summarise
 if "$torch" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   "$torch" "$here/pytorch_step_anchor.py" --device cuda --batch "$batch" | tee "$out/pytorch.log" ||
     failed=1
@@ -81,42 +90,5 @@ else
   echo "PyTorch's anchor skipped: no torch with CUDA for $torch" | tee "$out/pytorch.log"
 fi
 
-python3 - "$out" "$backend" <<'PY'
-import json, os, re, statistics, sys
-out, backend = sys.argv[1], sys.argv[2]
-rows = []
-def peak(name):
-    path = os.path.join(out, "runs", name + ".mem")
-    try:
-        used = [int(v) for v in open(path).read().split() if v.isdigit()]
-    except OSError:
-        return "n/a"
-    return f"{max(used) - used[0]} MiB" if used else "n/a"
-steps = {}
-for name in ("simclr-mlp-steps", "manifoldclr-mlp-steps", "simclr-mlp-epoch"):
-    run = os.path.join(out, "runs", name)
-    try:
-        log = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
-        summary = json.load(open(os.path.join(run, "summary.json")))
-    except (OSError, ValueError):
-        rows.append(f"| {name} | failed | | | |")
-        continue
-    later = [s["images_per_second"] for s in log if s.get("step", 0) > 4] or \
-        [s["images_per_second"] for s in log]
-    rate = statistics.median(later)
-    steps[name] = rate
-    rows.append(f"| {name} | {len(log)} | {rate:.1f} | {summary.get('train_seconds', float('nan')):.1f} s | {peak(name)} |")
-torch_line = open(os.path.join(out, "pytorch.log")).read().strip()
-m = re.search(r"([0-9.]+) images/s", torch_line)
-lines = [f"# Training at CIFAR-10's shape, backend {backend}", "",
-         "| run | steps | images/s (median) | epoch time (train_seconds) | peak device memory |",
-         "|---|---|---|---|---|", *rows, "", f"PyTorch: {torch_line}"]
-if m and "simclr-mlp-steps" in steps:
-    lines.append(f"SimCLR-MLP against PyTorch: {steps['simclr-mlp-steps'] / float(m.group(1)):.2f}x its images/s")
-if "simclr-mlp-steps" in steps and "manifoldclr-mlp-steps" in steps:
-    lines.append(f"ManifoldCLR-MLP step time: {steps['simclr-mlp-steps'] / steps['manifoldclr-mlp-steps']:.2f}x SimCLR-MLP's")
-text = "\n".join(lines) + "\n"
-open(os.path.join(out, "train.md"), "w").write(text)
-print(text)
-PY
+summarise || failed=1
 exit "$failed"

@@ -52,7 +52,9 @@ pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut visitor = SquaredNorm::<B> { grads, sum: None };
     module.visit(&mut visitor);
     let Some(sum) = visitor.sum else {
-        return Tensor::zeros([1], &Default::default());
+        // No parameter with a gradient (an identity head): 0, on the module's device.
+        let device = module.devices().into_iter().next().unwrap_or_default();
+        return Tensor::zeros([1], &device);
     };
     let norm = sum.sqrt();
     if let Some(max) = max_norm {

@@ -512,6 +512,9 @@ impl<B: TrainBackend> Pretrainer<B> {
             clip_global_norm(&self.model.backbone, &mut g_backbone, c.backbone.clip),
             clip_global_norm(&self.model.head, &mut g_head, c.head.clip),
         ];
+        // The manifold part of the vector: the operators' and the encoder and prior's norms, L_m,
+        // KL, then the figures (from index 8).
+        let with_manifold = self.model.vlgo.is_some() && out.manifold.is_some();
         if let (Some(v), Some((ops, var)), Some(m)) = (&self.model.vlgo, &mut g_vlgo, &out.manifold)
         {
             figures.extend([
@@ -534,8 +537,8 @@ impl<B: TrainBackend> Pretrainer<B> {
         if !loss.is_finite() {
             return Err(diverged("loss", loss));
         }
-        let manifold = match out.manifold {
-            Some(_) => {
+        let manifold = match with_manifold {
+            true => {
                 let (o, v) = (value(4), value(5));
                 if !o.is_finite() {
                     return Err(diverged("operators gradient norm", o));
@@ -553,7 +556,7 @@ impl<B: TrainBackend> Pretrainer<B> {
                     variational_grad_norm: v,
                 })
             }
-            None => None,
+            false => None,
         };
         // A NaN input can leave the loss finite (ReLU maps NaN to 0) and still poison the
         // weights through their gradients: check those too, before the step.

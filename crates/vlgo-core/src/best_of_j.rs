@@ -21,11 +21,27 @@ pub struct BestOfJ<B: Backend> {
     pub coefficients: Tensor<B, 2>,
     /// The winning noise draw, [N, M] (U(-1/2, 1/2)).
     pub noise: Tensor<B, 2>,
-    /// Index of the winning candidate per datum.
-    pub winner: Vec<usize>,
+    /// Index of the winning candidate per datum, `[N]`, left on the device (a training step
+    /// does not wait for it): [`BestOfJ::winners`] reads it.
+    pub winner: Tensor<B, 1, Int>,
     /// Reconstruction error ||T(c) z0 - z1||^2 of the winner per datum, `[N]` (no gradient;
     /// +inf where no candidate's transport is finite).
     pub error: Tensor<B, 1>,
+}
+
+impl<B: Backend> BestOfJ<B> {
+    /// The winners' indices read back to the host.
+    pub fn winners(&self) -> Vec<usize> {
+        self.winner
+            .clone()
+            .into_data()
+            .convert::<i64>()
+            .to_vec::<i64>()
+            .expect("an int tensor converts to i64")
+            .into_iter()
+            .map(|x| x as usize)
+            .collect()
+    }
 }
 
 /// Draws J candidate samples, keeps per datum the one whose transport T(c_j) z0 lands nearest
@@ -148,14 +164,7 @@ pub fn best_of_j_with<B: ExpmBackend>(
         0,
         "at least one candidate is needed",
     ))?;
-    let winner = index
-        .into_data()
-        .convert::<f64>()
-        .to_vec::<f64>()
-        .expect("float tensor converts to f64")
-        .into_iter()
-        .map(|x| x as usize)
-        .collect();
+    let winner = index.int();
     let coefficients = sample(params, noise.clone(), threshold);
     Ok(BestOfJ {
         coefficients,

@@ -217,14 +217,15 @@ mod tensor_ops {
         let [c_out, c_in_group, kh, kw] = weight.dims();
         let [_, _, oh, ow] = grad.dims();
         let (g, [sh, sw], [dh, dw]) = (options.groups, options.stride, options.dilation);
-        let device = grad.device();
+        // Zeros of the adjoint's own float type (f16 and bf16 too), on its device.
+        let (device, dtype) = (grad.device(), grad.dtype());
         // Zeros between the output's rows and columns: [N, C_out, (oh-1) sh + 1, (ow-1) sw + 1].
         let spread = grad.reshape([n, c_out, oh, 1, ow, 1]);
         let spread = match sh > 1 {
             true => Tensor::cat(
                 vec![
                     spread.clone(),
-                    Tensor::zeros([n, c_out, oh, sh - 1, ow, 1], &device),
+                    Tensor::zeros([n, c_out, oh, sh - 1, ow, 1], (&device, dtype)),
                 ],
                 3,
             ),
@@ -234,7 +235,7 @@ mod tensor_ops {
             true => Tensor::cat(
                 vec![
                     spread.clone(),
-                    Tensor::zeros([n, c_out, oh, sh, ow, sw - 1], &device),
+                    Tensor::zeros([n, c_out, oh, sh, ow, sw - 1], (&device, dtype)),
                 ],
                 5,
             ),
@@ -260,7 +261,7 @@ mod tensor_ops {
         // `full` covers the padded input up to the last position a window reached.
         let [ph, pw] = options.padding;
         let (fh, fw) = (uh + (kh - 1) * dh, uw + (kw - 1) * dw);
-        let padded = Tensor::zeros([n, c_in, h + 2 * ph, w + 2 * pw], &device)
+        let padded = Tensor::zeros([n, c_in, h + 2 * ph, w + 2 * pw], (&device, dtype))
             .slice_assign([0..n, 0..c_in, 0..fh, 0..fw], full);
         unwrap(padded.slice([0..n, 0..c_in, ph..ph + h, pw..pw + w]))
     }

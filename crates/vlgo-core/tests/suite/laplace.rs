@@ -250,12 +250,12 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
     }
     for (i, row) in errs.iter().enumerate() {
         let argmin = (0..j).min_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
-        assert_eq!(best.winner[i], argmin, "datum {i}: {row:?}");
+        assert_eq!(best.winners()[i], argmin, "datum {i}: {row:?}");
     }
     // The seeded form draws the same numbers.
     let seeded =
         best_of_j_seeded(&ops, &params, z0.clone(), z1.clone(), &th, &streams, 0, j).unwrap();
-    assert_eq!(seeded.winner, best.winner);
+    assert_eq!(seeded.winners(), best.winners());
     // Candidates transported with their generators formed in the kernel (on GPU backends) pick
     // the same winners.
     let generated = best_of_j_with(
@@ -268,7 +268,7 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
         TransportMethod::Generated,
     )
     .unwrap();
-    assert_eq!(generated.winner, best.winner);
+    assert_eq!(generated.winners(), best.winners());
     let (e1, e2) = (to_f64(best.error.clone()), to_f64(generated.error));
     assert!(rel_frobenius_host(&e1, &e2) < 1e-4, "{e1:?} vs {e2:?}");
     // A first candidate whose transport is NaN never wins (checked to be NaN on this backend).
@@ -289,8 +289,8 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
         std::iter::once(nan).chain(draws.clone()),
     )
     .unwrap();
-    let shifted: Vec<usize> = best.winner.iter().map(|w| w + 1).collect();
-    assert_eq!(with_nan.winner, shifted);
+    let shifted: Vec<usize> = best.winners().iter().map(|w| w + 1).collect();
+    assert_eq!(with_nan.winners(), shifted);
     let e3 = to_f64(with_nan.error);
     assert!(rel_frobenius_host(&e3, &e1) < 1e-6, "{e3:?} vs {e1:?}");
     // Gradient: equal to that of the winner re-formed alone.
