@@ -196,16 +196,19 @@ pub struct ManifoldStep<B: Backend> {
 impl<B: Backend> ManifoldStep<B> {
     /// The distance improvement and diagnostics, read back in one transfer.
     pub fn read_figures(&self) -> Result<ManifoldFigures> {
-        ManifoldFigures::decode(&read_floats(self.figures.clone())?)
+        ManifoldFigures::decode(&read_floats(self.figures.clone(), "step figures")?)
     }
 }
 
-/// Reads a tensor back as f32s.
-pub(crate) fn read_floats<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
+/// Reads a tensor back as f32s; `what` names it in the error.
+pub(crate) fn read_floats<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    what: &'static str,
+) -> Result<Vec<f32>> {
     t.into_data()
         .convert::<f32>()
         .to_vec::<f32>()
-        .map_err(|e| ClrError::invalid("step figures", format!("{e:?}"), "readable floats"))
+        .map_err(|e| ClrError::invalid(what, format!("{e:?}"), "readable floats"))
 }
 
 /// A step's distance improvement and diagnostics, read back (see [`ManifoldStep::figures`]).
@@ -427,7 +430,7 @@ mod tests {
         let di = Tensor::<B, 1>::from_floats([0.75], &device);
         let values = figures(di, c, &params(0.1, -1.0), &params(-2.0, 0.0), norms);
         assert_eq!(values.dims(), [ManifoldFigures::len(4)]);
-        let figures = ManifoldFigures::decode(&read_floats(values).unwrap()).unwrap();
+        let figures = ManifoldFigures::decode(&read_floats(values, "figures").unwrap()).unwrap();
         assert_eq!(figures.distance_improvement, 0.75);
         assert!(ManifoldFigures::decode(&[0.0; FIGURES_HEAD - 1]).is_err());
         let d = figures.diagnostics;

@@ -214,11 +214,7 @@ impl FeatureLog {
     /// the B view-1 rows (`view_gap_ratio` pairs row b with row B + b; 0 when rows is odd).
     pub fn of<B: Backend>(features: Tensor<B, 2>) -> Result<Self> {
         let [rows, dim] = features.dims();
-        let values = features
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .map_err(|e| ClrError::invalid("features", format!("{e:?}"), "readable floats"))?;
+        let values = read_floats(features, "features")?;
         // Collapsed features (all zero) have no spectrum: logged as ranks of 0, not an error
         // that would end the run.
         if values.iter().all(|v| *v == 0.0) {
@@ -525,7 +521,7 @@ impl<B: TrainBackend> Pretrainer<B> {
                 m.figures.clone().inner(),
             ]);
         }
-        let values = read_floats(Tensor::cat(figures, 0))?;
+        let values = read_floats(Tensor::cat(figures, 0), "step figures")?;
         let value = |i: usize| f64::from(values[i]);
         let diverged = |what, value| ClrError::Diverged {
             epoch: epoch + 1,
