@@ -46,6 +46,8 @@ pub struct Workspace {
     t2: Vec<f32>,
     t3: Vec<f32>,
     perm: Vec<usize>,
+    /// The transposed adjoint carried back through the squarings.
+    g: Vec<f32>,
     /// Vectors of the exponential-times-vector kernel.
     pub(super) vectors: super::expmv::Vectors,
 }
@@ -252,7 +254,8 @@ pub fn backward(
         matmul(&ws.squares[k], &ws.squares[k], &mut ws.t3, n, false);
     }
     // Back through the squarings: G <- G Y^T + Y^T G, transposed G^T <- Y G^T + G^T Y.
-    let mut g = vec![0.0f32; nn];
+    let mut g = std::mem::take(&mut ws.g);
+    g.resize(nn, 0.0);
     transpose(grad, &mut g, n);
     for y in ws.squares[..s as usize].iter().rev() {
         matmul(y, &g, &mut ws.t2, n, false);
@@ -263,12 +266,11 @@ pub fn backward(
     if program.pade {
         // Pbar = Q^{-T} G, Qbar = -Pbar R^T; transposed, -Qbar^T = R Pbar^T, and
         // Ubar^T = Pbar^T - Qbar^T, Vbar^T = Pbar^T + Qbar^T.
+        // Q's factors from `approximant` are still in t1, lower and perm: Q^T's system is
+        // solved with them (no second factorisation).
         transpose(&g, &mut ws.t2, n);
-        g.copy_from_slice(&ws.t2);
-        transpose(&ws.q, &mut ws.t1, n);
-        lu::factor(&mut ws.t1, &mut ws.lower, &mut ws.perm, n);
-        lu::solve(&ws.t1, &ws.lower, &ws.perm, &mut g, &mut ws.t2, n);
-        transpose(&g, &mut ws.t3, n); // Pbar^T
+        lu::solve_transposed(&ws.t1, &ws.lower, &ws.perm, &mut ws.t2, &mut ws.t3, n);
+        transpose(&ws.t2, &mut ws.t3, n); // Pbar^T
         matmul(&ws.r0, &ws.t3, &mut ws.t2, n, false); // -Qbar^T
         let bars = ws.t1.iter_mut().zip(g.iter_mut());
         for ((ubar, vbar), (pk, qk)) in bars.zip(ws.t3.iter().zip(&ws.t2)).take(nn) {
@@ -306,6 +308,7 @@ pub fn backward(
         ws.bars[out] = bar;
         ws.live[out] = false;
     }
+    ws.g = g;
     let scale = (-(s as f64)).exp2() as f32;
     if ws.live[0] {
         transpose(&ws.bars[0], abar, n);

@@ -4,7 +4,9 @@
 //! bodies live with the other vectorised kernels so that their inner loops inline per instruction
 //! set.
 
-pub use super::simd::{lu_factor as factor, lu_solve as solve};
+pub use super::simd::{
+    lu_factor as factor, lu_solve as solve, lu_solve_transposed as solve_transposed,
+};
 
 #[cfg(test)]
 mod tests {
@@ -35,9 +37,10 @@ mod tests {
     #[test]
     fn solves_larger_systems_across_every_row_width_branch() {
         // A zero diagonal forces a row exchange at the first step and makes later ones likely;
-        // n = 13 and 75 leave columns past the last full strip, n = 64 has none. The bar is
+        // n = 13 and 75 leave columns past the last full strip and a narrower last panel, n = 64
+        // has neither, n = 150 spans many panels. The bar is
         // loose (1e-3) because these matrices' conditioning is not controlled.
-        for n in [13, 64, 75] {
+        for n in [13, 64, 75, 150] {
             let a: Vec<f32> = (0..n * n)
                 .map(|k| {
                     let (i, j) = (k / n, k % n);
@@ -62,13 +65,25 @@ mod tests {
             let (mut u, mut l, mut perm, mut tmp) =
                 (a.clone(), vec![0.0; n * n], vec![0; n], vec![0.0; n * n]);
             factor(&mut u, &mut l, &mut perm, n);
+            // A^T X = C from the same factors.
+            let mut c = vec![0.0f32; n * n];
+            for i in 0..n {
+                for j in 0..n {
+                    c[i * n + j] = (0..n)
+                        .map(|k| a[k * n + i] as f64 * x[k * n + j] as f64)
+                        .sum::<f64>() as f32;
+                }
+            }
             solve(&u, &l, &perm, &mut b, &mut tmp, n);
-            let err = b
-                .iter()
-                .zip(&x)
-                .map(|(g, w)| (g - w).abs())
-                .fold(0.0f32, f32::max);
-            assert!(err < 1e-3, "n = {n}: max error {err:.2e}");
+            solve_transposed(&u, &l, &perm, &mut c, &mut tmp, n);
+            for (what, got) in [("A X = B", &b), ("A^T X = C", &c)] {
+                let err = got
+                    .iter()
+                    .zip(&x)
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0.0f32, |m, e| if e.is_nan() || e > m { e } else { m });
+                assert!(err < 1e-3, "n = {n}, {what}: max error {err:.2e}");
+            }
         }
     }
 }
