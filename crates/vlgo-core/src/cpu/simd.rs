@@ -1214,11 +1214,11 @@ mod tests {
                 }
                 for (what, got) in [("A X = B", &b), ("A^T X = C", &c)] {
                     // NaN must fail (f32::max would drop it).
-                    let err =
-                        got.iter()
-                            .zip(&x)
-                            .map(|(g, w)| (g - w).abs())
-                            .fold(0.0f32, |m, e| if e.is_nan() || e > m { e } else { m });
+                    let err = got
+                        .iter()
+                        .zip(&x)
+                        .map(|(g, w)| (g - w).abs())
+                        .fold(0.0f32, |m, e| if e.is_nan() || e > m { e } else { m });
                     assert!(err < 1e-3, "{name}, n = {n}, {what}: max error {err:.2e}");
                 }
             }
