@@ -38,7 +38,6 @@ pub struct Workspace {
     bars: Vec<Vec<f32>>,
     live: Vec<bool>,
     squares: Vec<Vec<f32>>,
-    q: Vec<f32>,
     /// The unit lower factor of the Padé solve.
     lower: Vec<f32>,
     r0: Vec<f32>,
@@ -69,7 +68,6 @@ impl Workspace {
         self.live.clear();
         self.live.resize(slots, false);
         for b in [
-            &mut self.q,
             &mut self.lower,
             &mut self.r0,
             &mut self.t1,
@@ -154,7 +152,8 @@ fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
 }
 
 /// Scales A into values[0], evaluates the scheme and leaves the unsquared approximant in r0
-/// (and, for Padé, Q = V - U in q). Returns (program, s).
+/// (and, for Padé, the LU factors of Q = V - U in t1, lower and perm, which the backward reuses).
+/// Returns (program, s).
 fn approximant(
     a: &[f32],
     norm: f64,
@@ -174,11 +173,16 @@ fn approximant(
     let (u, v) = program.outputs;
     if program.pade {
         let (us, vs) = (&ws.values[u][..nn], &ws.values[v][..nn]);
-        for ((q, r), (&uk, &vk)) in ws.q.iter_mut().zip(ws.r0.iter_mut()).zip(us.iter().zip(vs)) {
+        // Q = V - U goes straight into the buffer the factorisation overwrites.
+        for ((q, r), (&uk, &vk)) in ws
+            .t1
+            .iter_mut()
+            .zip(ws.r0.iter_mut())
+            .zip(us.iter().zip(vs))
+        {
             *q = vk - uk;
             *r = vk + uk;
         }
-        ws.t1.copy_from_slice(&ws.q);
         lu::factor(&mut ws.t1, &mut ws.lower, &mut ws.perm, n);
         lu::solve(&ws.t1, &ws.lower, &ws.perm, &mut ws.r0, &mut ws.t2, n);
     } else {

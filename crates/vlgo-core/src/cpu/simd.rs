@@ -501,6 +501,33 @@ impl<F: Fma> RowBlocks for Trailing<'_, F> {
     }
 }
 
+/// One row's strip of a substitution inside a block, on the stored rows: x_i <- scale (x_i -
+/// sum_{k in ks} coef(k) x_k), columns j0..j0 + W, the row held in registers.
+#[inline(always)]
+fn substitute<F: Fma, const W: usize>(
+    x: &mut [f32],
+    n: usize,
+    (i, j0): (usize, usize),
+    ks: std::ops::Range<usize>,
+    coef: impl Fn(usize) -> f32,
+    scale: f32,
+) {
+    let mut row: [f32; W] = x[i * n + j0..][..W].try_into().unwrap();
+    for k in ks {
+        let c = -coef(k);
+        let solved: &[f32; W] = x[k * n + j0..][..W].try_into().unwrap();
+        for j in 0..W {
+            row[j] = F::fma(c, solved[j], row[j]);
+        }
+    }
+    if scale != 1.0 {
+        for v in row.iter_mut() {
+            *v *= scale;
+        }
+    }
+    x[i * n + j0..][..W].copy_from_slice(&row);
+}
+
 /// Forward substitution for rows i0..i0 + R of X, columns j0..j0 + W: x_i = b_i - sum_{k<i}
 /// L[i][k] x_k with the rows above the block already solved in `x` and b_i read from row
 /// `perm[i]` of `b`. The R x W block is held in registers while the solved strips stream past
@@ -536,15 +563,7 @@ fn lower_tile<F: Fma, const R: usize, const W: usize>(
     // The triangle inside the block, on the stored rows: indexing the accumulators by a
     // run-time row would keep them in memory for the whole loop above.
     for i in i0 + 1..i0 + R {
-        let mut row: [f32; W] = x[i * n + j0..][..W].try_into().unwrap();
-        for k in i0..i {
-            let c = -l[i * n + k];
-            let solved: &[f32; W] = x[k * n + j0..][..W].try_into().unwrap();
-            for j in 0..W {
-                row[j] = F::fma(c, solved[j], row[j]);
-            }
-        }
-        x[i * n + j0..][..W].copy_from_slice(&row);
+        substitute::<F, W>(x, n, (i, j0), i0..i, |k| l[i * n + k], 1.0);
     }
 }
 
@@ -579,19 +598,8 @@ fn upper_tile<F: Fma, const R: usize, const W: usize>(
     }
     // The triangle inside the block on the stored rows, as in `lower_tile`.
     for i in (i0..i0 + R).rev() {
-        let mut row: [f32; W] = x[i * n + j0..][..W].try_into().unwrap();
-        for k in i + 1..i0 + R {
-            let c = -u[i * n + k];
-            let solved: &[f32; W] = x[k * n + j0..][..W].try_into().unwrap();
-            for j in 0..W {
-                row[j] = F::fma(c, solved[j], row[j]);
-            }
-        }
         let inv = 1.0 / u[i * n + i];
-        for v in row.iter_mut() {
-            *v *= inv;
-        }
-        x[i * n + j0..][..W].copy_from_slice(&row);
+        substitute::<F, W>(x, n, (i, j0), i + 1..i0 + R, |k| u[i * n + k], inv);
     }
 }
 
@@ -751,19 +759,8 @@ fn upper_t_tile<F: Fma, const R: usize, const W: usize>(
         x[(i0 + r) * n + j0..][..W].copy_from_slice(row);
     }
     for i in i0..i0 + R {
-        let mut row: [f32; W] = x[i * n + j0..][..W].try_into().unwrap();
-        for k in i0..i {
-            let c = -u[k * n + i];
-            let solved: &[f32; W] = x[k * n + j0..][..W].try_into().unwrap();
-            for j in 0..W {
-                row[j] = F::fma(c, solved[j], row[j]);
-            }
-        }
         let inv = 1.0 / u[i * n + i];
-        for v in row.iter_mut() {
-            *v *= inv;
-        }
-        x[i * n + j0..][..W].copy_from_slice(&row);
+        substitute::<F, W>(x, n, (i, j0), i0..i, |k| u[k * n + i], inv);
     }
 }
 
@@ -797,15 +794,7 @@ fn lower_t_tile<F: Fma, const R: usize, const W: usize>(
         x[(i0 + r) * n + j0..][..W].copy_from_slice(row);
     }
     for i in (i0..i0 + R).rev() {
-        let mut row: [f32; W] = x[i * n + j0..][..W].try_into().unwrap();
-        for k in i + 1..i0 + R {
-            let c = -l[k * n + i];
-            let solved: &[f32; W] = x[k * n + j0..][..W].try_into().unwrap();
-            for j in 0..W {
-                row[j] = F::fma(c, solved[j], row[j]);
-            }
-        }
-        x[i * n + j0..][..W].copy_from_slice(&row);
+        substitute::<F, W>(x, n, (i, j0), i + 1..i0 + R, |k| l[k * n + i], 1.0);
     }
 }
 
