@@ -1,6 +1,6 @@
 //! Command-line arguments of `vlgo` (`vlgo --help`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use manifoldclr::semisup::SemisupMethod;
 
@@ -52,7 +52,9 @@ pretrain options:
   --config FILE      the run's settings, e.g. configs/fashion-mnist-simclr-mlp-cpu.toml
   --data-dir DIR     the data set's folder (Fashion-MNIST: the Debian package's by default)
   --out DIR          run folder (default: runs/<config name>-seed<N>, never overwritten)
-  --resume           continue the run folder's checkpoint (--out names it)
+  --resume           continue the run folder's checkpoint with its own settings (--out names
+                     it; its config.toml, changed by --set, each change named; a --config
+                     holding other settings is refused)
   --set KEY=VALUE    any setting of the config (repeatable), e.g. --set pretrain.epochs=2
 
 probe / knn / identity / coefficients / neighbours / paths options:
@@ -290,18 +292,27 @@ fn parse_pretrain(args: &[String]) -> Result<Command> {
             }
         }
     }
-    let (path, config) = image_config(config_path, "a config file to train with", &sets, data_dir)?;
-    config.validate()?;
-    let out = match (out, resume) {
-        (Some(out), _) => out,
-        (None, true) => {
-            return Err(CliError::invalid(
+    if resume {
+        let out = out.ok_or_else(|| {
+            CliError::invalid(
                 "--resume",
                 "no --out",
                 "--out naming the run folder to continue",
-            ));
-        }
-        (None, false) => {
+            )
+        })?;
+        let config = resumed_config(&out, config_path, &sets, data_dir)?;
+        config.validate()?;
+        return Ok(Command::Pretrain {
+            config: Box::new(config),
+            out,
+            resume,
+        });
+    }
+    let (path, config) = image_config(config_path, "a config file to train with", &sets, data_dir)?;
+    config.validate()?;
+    let out = match out {
+        Some(out) => out,
+        None => {
             let stem = path
                 .file_stem()
                 .map_or("run".into(), |s| s.to_string_lossy());
@@ -313,6 +324,49 @@ fn parse_pretrain(args: &[String]) -> Result<Command> {
         out,
         resume,
     })
+}
+
+/// The settings a resumed run continues with: its folder's `config.toml`, changed by `--set`
+/// and `--data-dir`. A `--config` is only accepted when it holds the same settings: a resume
+/// never trains on with a file's settings that the run did not start with, unnoticed.
+fn resumed_config(
+    out: &Path,
+    config_path: Option<PathBuf>,
+    sets: &[String],
+    data_dir: Option<PathBuf>,
+) -> Result<ImageRunConfig> {
+    let stored_path = out.join("config.toml");
+    if !stored_path.is_file() {
+        return Err(CliError::invalid(
+            "--resume",
+            out.display(),
+            "a run folder with its config.toml",
+        ));
+    }
+    let stored = ImageRunConfig::load(&stored_path)?;
+    if let Some(path) = config_path {
+        let (_, given) = image_config(Some(path.clone()), "", sets, data_dir.clone())?;
+        let changed = stored.differences(&given)?;
+        if !changed.is_empty() {
+            return Err(CliError::invalid(
+                "--config on --resume",
+                format!("{} ({})", path.display(), changed.join(", ")),
+                format!(
+                    "the settings the run started with ({}): leave out --config to continue \
+                     with them, and change one with --set",
+                    stored_path.display()
+                ),
+            ));
+        }
+    }
+    let mut config = stored;
+    for s in sets {
+        config = set(&config, s)?;
+    }
+    if data_dir.is_some() {
+        config.data_dir = data_dir;
+    }
+    Ok(config)
 }
 
 fn parse_sweep(args: &[String]) -> Result<Command> {

@@ -258,12 +258,16 @@ impl Sweep {
         // A folder left by a sweep with other settings would be skipped or resumed as if it
         // were this one's: refuse before any run starts.
         for p in &points {
-            if !same_settings(&p.dir, &p.config)? {
+            let changed = changed_settings(&p.dir, &p.config)?;
+            if !changed.is_empty() {
                 return Err(CliError::invalid(
                     "sweep folder",
                     p.dir.display(),
-                    "a run of this sweep's settings (it holds a run with other settings: \
-                     choose another --out)",
+                    format!(
+                        "a run of this sweep's settings (it holds a run with other settings: \
+                         {}; choose another --out)",
+                        changed.join(", ")
+                    ),
                 ));
             }
         }
@@ -417,18 +421,13 @@ fn groups(rows: &[(Vec<String>, RunFigures)]) -> Vec<(Vec<String>, Vec<&RunFigur
     out
 }
 
-/// Whether a run folder is new or holds a run of `config` (the data folder compared only when
-/// `config` names one: a run records the folder it resolved).
-fn same_settings(dir: &Path, config: &ImageRunConfig) -> Result<bool> {
+/// The settings in which a run folder's run differs from `config` (none for a new folder).
+fn changed_settings(dir: &Path, config: &ImageRunConfig) -> Result<Vec<String>> {
     let path = dir.join("config.toml");
     if !path.is_file() {
-        return Ok(true);
+        return Ok(Vec::new());
     }
-    let mut stored = ImageRunConfig::load(&path)?;
-    if config.data_dir.is_none() {
-        stored.data_dir = None;
-    }
-    Ok(stored == *config)
+    ImageRunConfig::load(&path)?.differences(config)
 }
 
 /// Whether a run folder holds a finished, evaluated run.

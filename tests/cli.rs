@@ -559,14 +559,17 @@ fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
     for (method, sets) in [("simclr-mlp", &[][..]), ("manifoldclr-mlp", &manifold[..])] {
         let pretrain = |backend: &str, run: &str, epochs: &str, resume: bool| {
             let out = dir.join(run).display().to_string();
-            let mut args = vec!["--backend", backend, "pretrain", "--config", &config];
-            args.extend(["--data-dir", &data, "--out", &out, "--set", "knn_every=0"]);
-            args.extend(["--set", "baselines=false", "--set", epochs]);
+            let mut args = vec!["--backend", backend, "pretrain", "--out", &out];
+            args.extend(["--set", epochs]);
             if resume {
+                // The run's own settings, but for the longer schedule.
                 args.push("--resume");
-            }
-            for s in sets {
-                args.extend(["--set", s]);
+            } else {
+                args.extend(["--config", &config, "--data-dir", &data]);
+                args.extend(["--set", "knn_every=0", "--set", "baselines=false"]);
+                for s in sets {
+                    args.extend(["--set", s]);
+                }
             }
             ok(vlgo(&args));
         };
@@ -735,6 +738,53 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
         &["identity", "--run", &run_s],
         &["simclr-mlp", "a method with operators"],
     );
+
+    // Resume continues with the run's own settings: a --config holding others is refused and
+    // names them, touching nothing; --set changes one and the change is named.
+    let metrics = |run: &Path| std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let before = metrics(&run);
+    rejected(
+        &[
+            "pretrain",
+            "--config",
+            &config,
+            "--set",
+            "pretrain.epochs=3",
+            "--set",
+            "knn_every=0",
+            "--out",
+            &run_s,
+            "--resume",
+        ],
+        &[
+            "--config on --resume",
+            "knn_every: 1 -> 0",
+            "pretrain.epochs: 2 -> 3",
+        ],
+    );
+    assert_eq!(metrics(&run), before, "nothing written");
+    let out = vlgo(&[
+        "pretrain",
+        "--out",
+        &run_s,
+        "--resume",
+        "--set",
+        "pretrain.epochs=3",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("settings changed from its config.toml: pretrain.epochs: 2 -> 3"),
+        "{err}"
+    );
+    // One more epoch of 3 steps with the run's kNN monitor (every epoch), nothing else.
+    let lines = metrics(&run);
+    assert_eq!(lines.lines().filter(|l| l.contains("loss_nce")).count(), 9);
+    assert_eq!(lines.lines().filter(|l| l.contains("knn_top1")).count(), 3);
+    assert!(lines.starts_with(&before));
+    let stored: toml::Table =
+        toml::from_str(&std::fs::read_to_string(run.join("config.toml")).unwrap()).unwrap();
+    assert_eq!(stored["pretrain"]["epochs"].as_integer(), Some(3));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1554,6 +1604,7 @@ fn sweep_runs_a_grid_resumes_and_writes_its_table_and_plots() {
     let err = String::from_utf8_lossy(&other.stderr);
     assert_eq!(other.status.code(), Some(2), "{err}");
     assert!(err.contains("other settings"), "{err}");
+    assert!(err.contains("pretrain.epochs: 1 -> 2"), "{err}");
     assert_eq!(
         std::fs::metadata(&kept).unwrap().modified().unwrap(),
         before

@@ -65,6 +65,33 @@ impl ImageRunConfig {
         })
     }
 
+    /// The settings in which `other` differs from `self`, each as `key: <self's> -> <other's>`
+    /// with the key dotted as `--set` takes it; `data_dir` is compared only when `other` names
+    /// one (a run records the folder it resolved).
+    ///
+    /// ```
+    /// # use vlgo::pretrain::ImageRunConfig;
+    /// let text = std::fs::read_to_string("configs/fashion-mnist-simclr-mlp-cpu.toml").unwrap();
+    /// let a: ImageRunConfig = toml::from_str(&text).unwrap();
+    /// let b = vlgo::args::set(&a, "pretrain.epochs=4").unwrap();
+    /// let changed = a.differences(&b).unwrap();
+    /// assert_eq!(changed, [format!("pretrain.epochs: {} -> 4", a.pretrain.epochs)]);
+    /// assert!(a.differences(&a).unwrap().is_empty());
+    /// ```
+    pub fn differences(&self, other: &Self) -> Result<Vec<String>> {
+        let mut mine = self.clone();
+        if other.data_dir.is_none() {
+            mine.data_dir = None;
+        }
+        let value = |c: &Self| {
+            toml::Value::try_from(c)
+                .map_err(|e| CliError::invalid("config", e.to_string(), "settings TOML can hold"))
+        };
+        let mut out = Vec::new();
+        differing_keys(&value(&mine)?, &value(other)?, "", &mut out);
+        Ok(out)
+    }
+
     /// Checks every setting.
     pub fn validate(&self) -> Result<()> {
         if !DATASETS.contains(&self.dataset.as_str()) {
@@ -89,5 +116,27 @@ impl ImageRunConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// Appends the dotted keys under `prefix` whose values differ between `a` and `b`.
+fn differing_keys(a: &toml::Value, b: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+    let key = |k: &str| match prefix {
+        "" => k.to_string(),
+        p => format!("{p}.{k}"),
+    };
+    match (a, b) {
+        (toml::Value::Table(x), toml::Value::Table(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            let absent = toml::Value::String("(absent)".into());
+            for k in keys {
+                let (u, v) = (x.get(k).unwrap_or(&absent), y.get(k).unwrap_or(&absent));
+                differing_keys(u, v, &key(k), out);
+            }
+        }
+        _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
+        _ => {}
     }
 }

@@ -129,7 +129,8 @@ fn pixels(
 }
 
 /// `vlgo pretrain`: trains, evaluates, writes the run folder; `resume` continues a run folder's
-/// checkpoint instead of starting one.
+/// checkpoint instead of starting one, with `config` (settings that differ from the folder's
+/// `config.toml` are named on stderr, and `config` becomes the folder's `config.toml`).
 pub fn pretrain<B: TrainBackend>(
     config: &ImageRunConfig,
     out: &Path,
@@ -147,7 +148,19 @@ pub fn pretrain<B: TrainBackend>(
                 "a run folder with a checkpoint (checkpoints/state.json)",
             ));
         }
-        RunFolder::existing(out)?
+        let folder = RunFolder::existing(out)?;
+        let stored = out.join("config.toml");
+        if stored.is_file() {
+            let changed = ImageRunConfig::load(&stored)?.differences(config)?;
+            if !changed.is_empty() {
+                eprintln!(
+                    "{}: resuming with settings changed from its config.toml: {}",
+                    out.display(),
+                    changed.join(", ")
+                );
+            }
+        }
+        folder
     } else {
         RunFolder::create(out)?
     };

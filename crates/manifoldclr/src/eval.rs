@@ -100,7 +100,8 @@ pub fn extract_features<B: LayerBackend>(
             device,
         );
         let f = backbone.forward(x)?;
-        values.extend(f.into_data().to_vec::<f32>().expect("f32 features"));
+        // Read as f32 whatever the backend's float type (f64, f16, ...).
+        values.extend(crate::manifold::read_floats(f, "backbone features")?);
     }
     Features::new(values, backbone.features(), labels.to_vec())
 }
@@ -232,8 +233,9 @@ fn accuracy<B: Backend>(scores: Tensor<B, 2>, labels: &[u16]) -> (usize, usize) 
     let top: Vec<i64> = top
         .into_data()
         .convert::<i64>()
-        .to_vec::<i64>()
-        .expect("int indices");
+        .into_vec::<i64>()
+        // Converted to i64 on the line above: the read cannot meet another type.
+        .expect("indices converted to i64");
     let mut hits = (0, 0);
     for (row, &label) in top.chunks_exact(k).zip(labels) {
         let label = i64::from(label);

@@ -1048,3 +1048,45 @@ fn the_feature_log_separates_a_shrinking_spread_from_lost_dimensions() {
         "{gapped:?}"
     );
 }
+
+/// Features are read back converted, whatever the backend's float type: the same weights on
+/// an f64 backend give the f32 backend's features (it panicked on anything but f32).
+#[cfg(feature = "ndarray")]
+#[test]
+fn extract_features_reads_back_any_float_type() {
+    use burn::backend::NdArray;
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    let device = Default::default();
+    let config = ResNet18Config::new()
+        .with_width(4)
+        .with_in_channels(1)
+        .with_max_pool(true);
+    let fresh = config.init::<NdArray<f32>>(&device).unwrap();
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::new();
+    let bytes = Recorder::<NdArray<f32>>::record(&recorder, fresh.into_record(), ()).unwrap();
+    // Both from the bytes: a fresh module initialises its parameters lazily, so a clone
+    // recorded before its first use does not hold the weights the module then computes with.
+    let net = config
+        .init::<NdArray<f32>>(&device)
+        .unwrap()
+        .load_record(Recorder::<NdArray<f32>>::load(&recorder, bytes.clone(), &device).unwrap());
+    let wide = config
+        .init::<NdArray<f64>>(&device)
+        .unwrap()
+        .load_record(Recorder::<NdArray<f64>>::load(&recorder, bytes, &device).unwrap());
+    let images: Vec<f32> = (0..3 * 144)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    let labels = [0, 1, 2];
+    let narrow =
+        manifoldclr::extract_features(&net, &images, [1, 12, 12], &labels, 2, &device).unwrap();
+    let wide =
+        manifoldclr::extract_features(&wide, &images, [1, 12, 12], &labels, 2, &device).unwrap();
+    let (a, b) = (&narrow.values, &wide.values);
+    assert_eq!((a.len(), b.len()), (3 * 32, 3 * 32));
+    let scale = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(scale > 0.0);
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-4 * scale, "{x} (f32) against {y} (f64)");
+    }
+}
