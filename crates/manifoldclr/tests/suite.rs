@@ -255,8 +255,25 @@ fn every_method_trains_one_step_and_names_parse() {
         assert_eq!(model.vlgo.is_some(), method.uses_operators(), "{method}");
         let step = model.step(v0.clone(), v1.clone(), 0).unwrap();
         assert_eq!(step.features.dims(), [8, 32]);
-        let loss = step.loss.clone().into_scalar().to_f64();
-        assert!(loss.is_finite() && loss > 0.0, "{method}: {loss}");
+        let loss = scalar(step.loss.clone());
+        let nce = scalar(step.loss_nce.clone());
+        // The loss is InfoNCE plus the manifold terms, and InfoNCE a mean of cross-entropies.
+        let terms = step
+            .manifold
+            .as_ref()
+            .map_or(0.0, |m| scalar(m.loss.clone()));
+        assert!(
+            (loss - (nce + terms)).abs() <= 1e-6 * loss.abs().max(1.0),
+            "{method}: {loss} against {nce} + {terms}"
+        );
+        assert!(nce.is_finite() && nce >= 0.0, "{method}: {nce}");
+        if method == Method::SimClrMlp {
+            // The plain pair through the head, contrasted as NT-Xent on the host.
+            let h = model.head.forward(step.features.clone()).unwrap();
+            let h: Vec<f32> = h.into_data().convert::<f32>().into_vec().unwrap();
+            let want = nt_xent(&h, 4, config.temperature);
+            assert!((nce - want).abs() <= 1e-5 * want, "{nce} against {want}");
+        }
         let grads = step.loss.backward();
         // Gradients reach the backbone.
         let mut any = false;
@@ -1089,4 +1106,36 @@ fn extract_features_reads_back_any_float_type() {
     for (x, y) in a.iter().zip(b) {
         assert!((x - y).abs() <= 1e-4 * scale, "{x} (f32) against {y} (f64)");
     }
+}
+
+/// NT-Xent of `2n` rows (view 0's first, row i's positive is row i + n mod 2n) on the host:
+/// cosine similarity over `temperature`, each row's own similarity left out.
+fn nt_xent(rows: &[f32], n: usize, temperature: f64) -> f64 {
+    let d = rows.len() / (2 * n);
+    let unit: Vec<Vec<f64>> = rows
+        .chunks(d)
+        .map(|r| {
+            let norm = r.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+            r.iter().map(|&x| f64::from(x) / norm).collect()
+        })
+        .collect();
+    let logit = |i: usize, j: usize| -> f64 {
+        unit[i]
+            .iter()
+            .zip(&unit[j])
+            .map(|(a, b)| a * b)
+            .sum::<f64>()
+            / temperature
+    };
+    let mut total = 0.0;
+    for i in 0..2 * n {
+        let others: Vec<f64> = (0..2 * n)
+            .filter(|&j| j != i)
+            .map(|j| logit(i, j))
+            .collect();
+        let top = others.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = top + others.iter().map(|l| (l - top).exp()).sum::<f64>().ln();
+        total += lse - logit(i, (i + n) % (2 * n));
+    }
+    total / (2 * n) as f64
 }

@@ -276,7 +276,9 @@ impl<B: ExpmBackend> Vlgo<B> {
     /// let z0 = Tensor::<B, 2>::ones([5, 8], &device);
     /// let step = model.step(z0.clone(), z0, &NoiseStreams::new(0), 0).unwrap();
     /// let grads = step.loss.backward();
-    /// assert!(model.operators.psi.grad(&grads).is_some());
+    /// // The generators learn from the step: a gradient, and not a zero one.
+    /// let g = model.operators.psi.grad(&grads).unwrap();
+    /// assert!(g.abs().sum().into_scalar() > 0.0);
     /// ```
     pub fn step(
         &self,
