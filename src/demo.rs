@@ -32,7 +32,7 @@ pub fn demo<B: AutodiffBackend + ExpmBackend>() -> vlgo_core::Result<()> {
         shift: 0.0,
         scale: 0.5,
     };
-    let fixed = LaplaceParams::<B>::fixed(&prior, [n, m], &device);
+    let fixed = LaplaceParams::<B>::fixed(&prior, [n, m], &device)?;
     let u = Tensor::<B, 1>::from_floats(streams.uniform_centered(0, 0, n * m).as_slice(), &device)
         .reshape([n, m]);
     let threshold = Threshold::new(0.3, ThresholdVariant::Noise)?;

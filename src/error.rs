@@ -6,6 +6,7 @@ use thiserror::Error;
 
 /// Errors of the `vlgo` program and its experiments.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum CliError {
     /// A bad argument or setting: names it, what came and what was expected.
     #[error("invalid {name}: got {got}, {expected}")]

@@ -220,7 +220,7 @@ impl<B: TrainBackend> ManifoldRun<B> {
         let z = z.narrow(1, 0, self.operator_dims());
         let params = match kind {
             PriorKind::Learned => vlgo.prior_params(z)?,
-            PriorKind::Fixed => vlgo.fixed_params(&z),
+            PriorKind::Fixed => vlgo.fixed_params(&z)?,
         };
         let [n, m] = params.dims();
         let u =

@@ -6,6 +6,7 @@ use thiserror::Error;
 
 /// Everything that can go wrong when building or reading a data set.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum DatasetError {
     /// A parameter out of its range: names it, what came and what was expected.
     #[error("invalid {name}: got {got}, {expected}")]

@@ -4,6 +4,7 @@ use thiserror::Error;
 
 /// Everything that can go wrong in the contrastive stack.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ClrError {
     /// A setting or an input out of its range: names it, what came and what was expected.
     #[error("invalid {name}: got {got}, {expected}")]

@@ -12,6 +12,7 @@ use crate::error::{ClrError, Result};
 /// linear layer d -> 128, or none (the loss sees the raw features).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum HeadKind {
     /// Linear, BatchNorm1d, ReLU, Linear.
     Mlp,

@@ -13,6 +13,7 @@ use crate::error::{ClrError, Result};
 /// How two rows are compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Similarity {
     /// u . v of the rows normalised to unit length (SimCLR with a head; tau = 0.5).
     Cosine,

@@ -368,7 +368,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         None
     } else {
         let prior = if config.fixed_prior_augmentation {
-            vlgo.fixed_params(&z0)
+            vlgo.fixed_params(&z0)?
         } else {
             prior
         };

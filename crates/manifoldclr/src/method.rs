@@ -24,6 +24,7 @@ const OPERATOR_SEED: u64 = 0x0be7_a70e;
 /// The contrastive methods, by their config names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
+#[non_exhaustive]
 pub enum Method {
     /// MLP head, cosine InfoNCE on (z0, z1).
     SimClrMlp,

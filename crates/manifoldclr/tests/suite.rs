@@ -31,7 +31,8 @@ fn reference(a: &[Vec<f32>], b: &[Vec<f32>], extra: &[Vec<f32>], config: &InfoNc
                 .zip(unit(y))
                 .map(|(p, q)| (p - q).powi(2))
                 .sum::<f64>(),
-            Similarity::NegativeMeanSquare => {
+            _ => {
+                assert_eq!(config.similarity, Similarity::NegativeMeanSquare);
                 -raw(x)
                     .iter()
                     .zip(raw(y))
@@ -268,10 +269,16 @@ fn every_method_trains_one_step_and_names_parse() {
         );
         assert!(nce.is_finite() && nce >= 0.0, "{method}: {nce}");
         if method == Method::SimClrMlp {
-            // The plain pair through the head, contrasted as NT-Xent on the host.
+            // The plain pair through the head, contrasted by hand on the host.
             let h = model.head.forward(step.features.clone()).unwrap();
+            let d = h.dims()[1];
             let h: Vec<f32> = h.into_data().convert::<f32>().into_vec().unwrap();
-            let want = nt_xent(&h, 4, config.temperature);
+            let rows: Vec<Vec<f32>> = h.chunks(d).map(<[f32]>::to_vec).collect();
+            let cosine = InfoNceConfig {
+                temperature: config.temperature,
+                ..InfoNceConfig::cosine()
+            };
+            let want = reference(&rows[..4], &rows[4..], &[], &cosine);
             assert!((nce - want).abs() <= 1e-5 * want, "{nce} against {want}");
         }
         let grads = step.loss.backward();
@@ -1106,36 +1113,4 @@ fn extract_features_reads_back_any_float_type() {
     for (x, y) in a.iter().zip(b) {
         assert!((x - y).abs() <= 1e-4 * scale, "{x} (f32) against {y} (f64)");
     }
-}
-
-/// NT-Xent of `2n` rows (view 0's first, row i's positive is row i + n mod 2n) on the host:
-/// cosine similarity over `temperature`, each row's own similarity left out.
-fn nt_xent(rows: &[f32], n: usize, temperature: f64) -> f64 {
-    let d = rows.len() / (2 * n);
-    let unit: Vec<Vec<f64>> = rows
-        .chunks(d)
-        .map(|r| {
-            let norm = r.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
-            r.iter().map(|&x| f64::from(x) / norm).collect()
-        })
-        .collect();
-    let logit = |i: usize, j: usize| -> f64 {
-        unit[i]
-            .iter()
-            .zip(&unit[j])
-            .map(|(a, b)| a * b)
-            .sum::<f64>()
-            / temperature
-    };
-    let mut total = 0.0;
-    for i in 0..2 * n {
-        let others: Vec<f64> = (0..2 * n)
-            .filter(|&j| j != i)
-            .map(|j| logit(i, j))
-            .collect();
-        let top = others.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let lse = top + others.iter().map(|l| (l - top).exp()).sum::<f64>().ln();
-        total += lse - logit(i, (i + n) % (2 * n));
-    }
-    total / (2 * n) as f64
 }

@@ -214,7 +214,8 @@ fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B
         .with_form(OperatorForm::BlockDiagonal(block))
         .init::<B>(&device)
         .expect("a valid dictionary");
-    let params = LaplaceParams::<B>::fixed(&FixedPrior::default(), [batch, m], &device);
+    let params = LaplaceParams::<B>::fixed(&FixedPrior::default(), [batch, m], &device)
+        .expect("the default prior is valid");
     let z0 = Tensor::<B, 2>::random([batch, d], Distribution::Normal(0.0, 1.0), &device);
     let z1 = Tensor::<B, 2>::random([batch, d], Distribution::Normal(0.0, 1.0), &device);
     let streams = NoiseStreams::new(0);

@@ -7,6 +7,7 @@ use thiserror::Error;
 /// Each variant names the operation or parameter and carries the offending value, so a message
 /// reads like "expm: expected square matrices [N, n, n], got shape [4, 3, 2]".
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum VlgoError {
     /// A tensor had the wrong shape for the operation.
     #[error("{op}: expected {expected}, got shape {got:?}")]

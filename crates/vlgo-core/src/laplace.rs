@@ -31,12 +31,25 @@ impl<B: Backend> LaplaceParams<B> {
     }
 
     /// The fixed prior Laplace(shift, scale) broadcast to [N, M] (defaults 0.05 and 0.01, see
-    /// [`FixedPrior`]).
-    pub fn fixed(prior: &FixedPrior, shape: [usize; 2], device: &B::Device) -> Self {
-        Self {
+    /// [`FixedPrior`]); an invalid prior (a scale <= 0, a non-finite value) is an error, not a
+    /// NaN log-scale.
+    ///
+    /// ```
+    /// use burn::backend::NdArray;
+    /// use vlgo_core::{FixedPrior, LaplaceParams};
+    ///
+    /// let device = Default::default();
+    /// let p = LaplaceParams::<NdArray>::fixed(&FixedPrior::default(), [2, 3], &device).unwrap();
+    /// assert_eq!(p.dims(), [2, 3]);
+    /// let bad = FixedPrior { shift: 0.0, scale: 0.0 };
+    /// assert!(LaplaceParams::<NdArray>::fixed(&bad, [2, 3], &device).is_err());
+    /// ```
+    pub fn fixed(prior: &FixedPrior, shape: [usize; 2], device: &B::Device) -> Result<Self> {
+        prior.validate()?;
+        Ok(Self {
             loc: Tensor::full(shape, prior.shift, device),
             log_scale: Tensor::full(shape, prior.scale.ln(), device),
-        }
+        })
     }
 
     /// Scale s = exp(log_scale).
@@ -100,6 +113,7 @@ impl FixedPrior {
 /// Which soft threshold turns a Laplace sample into a sparse coefficient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ThresholdVariant {
     /// Threshold the noise: |eps| < zeta gives exactly 0 (location included), otherwise
     /// mu + sign(eps)(|eps| - zeta). Zero with probability 1 - e^{-zeta/s} whatever mu is. The
@@ -206,6 +220,7 @@ pub fn kl_divergence<B: Backend>(q: &LaplaceParams<B>, p: &LaplaceParams<B>) -> 
 /// How the learned prior is blended toward the fixed one during warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum WarmupBlend {
     /// As the paper writes it: mu = k mu + (1 - k) mu0, s = k s + (1 - k) s0.
     #[default]

@@ -19,6 +19,7 @@ use crate::rng::NoiseStreams;
 /// How the generators act on a d-dimensional feature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "form", content = "block_size")]
+#[non_exhaustive]
 pub enum OperatorForm {
     /// One dense d x d generator each (S = 1, b = d).
     Dense,
@@ -33,6 +34,7 @@ pub enum OperatorForm {
 /// How transport computes T(c) z.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum TransportMethod {
     /// exp(A) z without forming exp(A) (the default: the cheaper hot path).
     #[default]
@@ -52,6 +54,7 @@ pub enum TransportMethod {
 /// How the generators are initialised.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "init")]
+#[non_exhaustive]
 pub enum OperatorInit {
     /// Psi[m, s] = r I + w J (the paper's initialisation): bounded, cyclic paths at the start. Needs an even
     /// block size.

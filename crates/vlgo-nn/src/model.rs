@@ -188,12 +188,12 @@ impl<B: Backend> Vlgo<B> {
     pub fn prior_params(&self, z0: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         match &self.prior {
             Some(prior) => prior.forward(z0),
-            None => Ok(self.fixed_params(&z0)),
+            None => self.fixed_params(&z0),
         }
     }
 
     /// The fixed prior, broadcast to z0's batch.
-    pub fn fixed_params(&self, z0: &Tensor<B, 2>) -> LaplaceParams<B> {
+    pub fn fixed_params(&self, z0: &Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         LaplaceParams::fixed(
             &self.fixed_prior,
             [z0.dims()[0], self.operators.num_operators()],
@@ -231,7 +231,7 @@ impl<B: Backend> Vlgo<B> {
                 self.prior_warmup,
                 self.warmup_blend,
             ),
-            None => self.fixed_params(&z0),
+            None => self.fixed_params(&z0)?,
         })
     }
 }

@@ -71,6 +71,7 @@ use splits::{Purpose, stream};
 
 /// The semi-supervised methods (the paper's Table 2 rows), by their fixed names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum SemisupMethod {
     /// `ce-only`: the labelled term alone.
     #[serde(rename = "ce-only")]

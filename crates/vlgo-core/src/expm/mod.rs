@@ -45,6 +45,7 @@ use crate::error::{Result, VlgoError};
 /// How the explicit exponential approximates exp(X) after scaling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ExpmMethod {
     /// Padé [m/m] with m in {3, 5, 7} (f32) or {3, 5, 7, 9, 13} (f64), one linear solve.
     #[default]
