@@ -1,17 +1,4 @@
-//! Datasets for VLGO and ManifoldCLR: image dataset readers (CIFAR-10, STL-10, TinyImageNet,
-//! IDX files such as Fashion-MNIST), synthetic manifolds and pair samplers. The crate knows
-//! nothing of models; it yields plain host arrays ([`ImageSet`]: bytes in [N, C, H, W] order).
-//! Readers take local paths and check every file against its format: a bad file is an error
-//! that names it, what was expected and what was found.
-//!
-//! ```
-//! use vlgo_datasets::{NeighbourPairs, SwissRollConfig};
-//!
-//! let roll = SwissRollConfig { points: 500, seed: 0 }.generate().unwrap();
-//! let pairs = NeighbourPairs::new(&roll.points, 20, 60).unwrap();
-//! let batches = pairs.epoch(0, 0, 100);
-//! assert_eq!(batches.len(), 5);
-//! ```
+#![doc = include_str!("../README.md")]
 
 pub mod augment;
 pub mod cifar10;

@@ -1,23 +1,9 @@
-//! ManifoldCLR: contrastive learning whose positive views are moved along learned feature
-//! manifolds by variational Lie group operators (`docs/manifoldclr.md`).
+#![doc = include_str!("../README.md")]
 //!
 //! The ResNet-18 backbone ([`ResNet18Config`]), projection heads ([`ProjectionHead`]), InfoNCE
 //! in both variants ([`info_nce()`]), and the SimCLR family and the ManifoldCLR methods behind one
-//! interface ([`Method`], [`ContrastiveModel`]; the Lie group part in [`manifold`]).
-//!
-//! ```
-//! use burn::backend::{Autodiff, NdArray};
-//! use burn::prelude::*;
-//! use manifoldclr::{ContrastiveConfig, Method};
-//!
-//! type B = Autodiff<NdArray>;
-//! let device = Default::default();
-//! let config = ContrastiveConfig { width: 4, ..ContrastiveConfig::new(Method::SimClrMlp) };
-//! let model = config.init::<B>(&device).unwrap();
-//! let views = Tensor::<B, 4>::ones([2, 3, 16, 16], &device);
-//! let step = model.step(views.clone(), views * 0.5, 0).unwrap();
-//! assert!(step.loss.into_scalar() > 0.0);
-//! ```
+//! interface ([`Method`], [`ContrastiveModel`]; the Lie group part in [`manifold`]); the training
+//! loop in [`pretrain`], evaluation in [`eval`], semi-supervised classification in [`semisup`].
 
 pub mod backbone;
 pub mod clip;

@@ -1,29 +1,24 @@
-//! # vlgo-core
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc = include_str!("../README.md")]
 //!
-//! The numerical core of variational Lie group operators (VLGO): a dictionary of Lie algebra
-//! generators Psi_m acting on features, the transport T(c) z = expm(sum_m c_m Psi_m) z, a batched
-//! and differentiable matrix exponential and exponential-times-vector product, and the Laplace
-//! coefficient distributions of variational sparse coding. Everything is generic over Burn
-//! backends.
+//! ## What is where
 //!
-//! ```
-//! use burn::backend::NdArray;
-//! use burn::prelude::*;
+//! * [`operators`]: [`LieOperatorsConfig`] and [`LieOperators`] (dense, block-diagonal or
+//!   partial generators; transport by `expmv`, by `expm`, or with the generators formed inside
+//!   the GPU kernel).
+//! * [`mod@expm`]: [`expm()`], [`expmv()`] and their configs; [`ExpmBackend`], the trait a backend
+//!   implements to run them on its own kernels.
+//! * [`laplace`]: Laplace coefficient distributions, thresholded samples, the KL divergence, the
+//!   prior's warm-up; [`rng`]: keyed noise streams that make samples independent of the thread
+//!   count; [`mod@best_of_j`]: the best of J prior samples per datum.
+//! * [`loss`]: the manifold loss and the distance improvement; [`sparse_coding`]: exact sparse
+//!   inference by FISTA (the paper's baseline).
+//! * [`layers`]: CPU kernels for the ResNet's convolution, batch norm, batched linear layers and
+//!   AdamW step, behind Burn's module API.
+//! * [`cpu`] (features `ndarray`, `flex`) and `gpu` (features `wgpu`, `cuda`): the kernels
+//!   behind [`ExpmBackend`]; other dtypes and backends use [`expm::tensor_ops`].
 //!
-//! let device = Default::default();
-//! let a = Tensor::<NdArray, 3>::zeros([2, 4, 4], &device);
-//! let t = vlgo_core::expm(a); // identity matrices
-//! assert_eq!(t.dims(), [2, 4, 4]);
-//! ```
-//!
-//! Backends: the cargo features `ndarray` (default), `flex`, `wgpu` and `cuda` implement
-//! [`ExpmBackend`] for the matching Burn backends; `Autodiff` over any of them gets the
-//! exponential's own backward. On `ndarray` and `flex`, f32 exponentials run on the cache-resident
-//! CPU kernel of [`cpu`]; on `wgpu` and `cuda`, f32 `expm` forward and backward run on the
-//! CubeCL kernels of `gpu`; everything else on the tensor-op implementation
-//! ([`expm::tensor_ops`]).
-//!
-//! # Choices where the paper is silent
+//! ## Choices where the paper is silent
 //!
 //! * f16 / bf16 are promoted to f32 and rounded once on output; f64 computes in f64 with Padé
 //!   degrees up to 13 (the oracle), and `expmv` on f64 forms exp(A) (its Taylor loop is tuned for
