@@ -173,7 +173,7 @@ pub(crate) fn backward(
             });
         db
     });
-    // SAFETY (both products): every layer's block is written by its product.
+    // SAFETY: every layer's block of dW is written by its product.
     let dw = want[1].then(|| unsafe {
         written(s.splits * s.w(), |dw| {
             if dw.is_empty() {
@@ -196,6 +196,7 @@ pub(crate) fn backward(
             })
         })
     });
+    // SAFETY: every layer's block of dx is written by its product.
     let dx = want[0].then(|| unsafe {
         written(s.splits * s.x(), |dx| {
             if dx.is_empty() {

@@ -955,6 +955,7 @@ macro_rules! dispatch {
             // SAFETY: `isa()` reported these features on the running CPU.
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => unsafe { avx512::$f($($arg),*) },
+            // SAFETY: as above, AVX2 and FMA reported by `isa()`.
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => unsafe { avx2::$f($($arg),*) },
             // SAFETY: the portable build enables no feature.
