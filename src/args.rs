@@ -7,6 +7,7 @@ use manifoldclr::semisup::SemisupMethod;
 use crate::diagnostics::Diagnostic;
 use crate::error::{CliError, Result};
 use crate::pretrain::ImageRunConfig;
+pub use crate::settings::set;
 use crate::swiss_roll::{Study, SwissRollConfig};
 
 /// Usage text.
@@ -506,41 +507,4 @@ fn image_config(
         config.data_dir = data_dir;
     }
     Ok((path, config))
-}
-
-/// Applies one `key=value` override (a dotted key reaches into tables; the value is read as TOML,
-/// or as a string when it is not valid TOML) to a serialisable config.
-pub fn set<T>(config: &T, assignment: &str) -> Result<T>
-where
-    T: serde::Serialize + serde::de::DeserializeOwned,
-{
-    let bad = |why: &str| CliError::invalid("--set", format!("{assignment:?}"), why);
-    let (key, raw) = assignment
-        .split_once('=')
-        .ok_or_else(|| bad("expected KEY=VALUE"))?;
-    let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
-    let mut root = toml::Value::try_from(config).map_err(|e| bad(&e.to_string()))?;
-    let mut slot = &mut root;
-    for part in key.trim().split('.') {
-        slot = slot
-            .get_mut(part)
-            .ok_or_else(|| bad(&format!("no setting named {key:?}")))?;
-    }
-    // A value of another type than the current one is tried too (a setting may take a number
-    // or a name, like the swiss roll's `data_scale`); the settings' own types decide.
-    let retyped = (std::mem::discriminant(slot) != std::mem::discriminant(&value)
-        && !(slot.is_float() && value.is_integer()))
-    .then(|| format!("expected a value like {slot}"));
-    *slot = match (slot.is_float(), value) {
-        (true, toml::Value::Integer(i)) => toml::Value::Float(i as f64),
-        (_, v) => v,
-    };
-    root.try_into()
-        .map_err(|e: toml::de::Error| match &retyped {
-            Some(expected) => bad(&format!("{expected} ({})", e.message())),
-            None => bad(&e.to_string()),
-        })
 }

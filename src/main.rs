@@ -75,7 +75,7 @@ fn execute<B: TrainBackend>(command: Command, device: &B::Device) -> vlgo::Resul
                 ..Default::default()
             };
             for s in &args.sets {
-                config = vlgo::args::set(&config, s.trim_start_matches("semisup."))?;
+                config = vlgo::settings::set(&config, s.trim_start_matches("semisup."))?;
             }
             config.validate()?;
             let report = vlgo::semisup::bench::bench::<B>(&config, device)?;

@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 
 use manifoldclr::TrainBackend;
 
-use crate::args::set;
 use crate::compare::{RunFigures, figures};
 use crate::error::{CliError, Result};
 use crate::plot::{Band, band_chart};
 use crate::pretrain::{ImageRunConfig, data::has_checkpoint, pretrain};
+use crate::settings::set;
 use crate::stats::mean_std;
 
 /// One swept setting, or several linked ones that move together: its dotted key (linked keys

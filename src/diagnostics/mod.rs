@@ -18,10 +18,10 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use manifoldclr::vlgo_nn::Vlgo;
 use manifoldclr::{ContrastiveModel, Features, Pretrainer, TrainBackend};
-use serde::{Deserialize, Serialize};
 use vlgo_core::{NoiseStreams, sample};
 
 use crate::error::{CliError, Result};
+pub use crate::pretrain::DiagnosticsConfig;
 use crate::pretrain::data::{ImageData, has_checkpoint};
 use crate::pretrain::{ImageRunConfig, embed};
 use crate::run_folder::RunFolder;
@@ -51,65 +51,6 @@ impl Diagnostic {
     /// The diagnostic of a command name.
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, d)| *d)
-    }
-}
-
-/// Settings of the diagnostics (`[diagnostics]` in a run's `config.toml`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DiagnosticsConfig {
-    /// Seed of the coefficient draws and of the random perturbation.
-    pub seed: u64,
-    /// `neighbours`: test images shown (the first of each class, class by class).
-    pub neighbour_images: usize,
-    /// `neighbours`: prior samples per test image.
-    pub neighbour_samples: usize,
-    /// `paths`: generators drawn (the largest by Frobenius norm).
-    pub path_generators: usize,
-    /// `paths`: test features moved along each generator.
-    pub path_features: usize,
-    /// `paths`: t runs over [-t_max, t_max] ...
-    pub path_t_max: f64,
-    /// ... at this many points.
-    pub path_points: usize,
-}
-
-impl Default for DiagnosticsConfig {
-    fn default() -> Self {
-        Self {
-            seed: 0,
-            neighbour_images: 6,
-            neighbour_samples: 6,
-            path_generators: 4,
-            path_features: 5,
-            path_t_max: 1.0,
-            path_points: 41,
-        }
-    }
-}
-
-impl DiagnosticsConfig {
-    /// Checks every setting.
-    pub fn validate(&self) -> Result<()> {
-        for (name, v, least) in [
-            ("diagnostics.neighbour_images", self.neighbour_images, 1),
-            ("diagnostics.neighbour_samples", self.neighbour_samples, 1),
-            ("diagnostics.path_generators", self.path_generators, 1),
-            ("diagnostics.path_features", self.path_features, 1),
-            ("diagnostics.path_points", self.path_points, 2),
-        ] {
-            if v < least {
-                return Err(CliError::invalid(name, v, format!("at least {least}")));
-            }
-        }
-        if !(self.path_t_max > 0.0 && self.path_t_max.is_finite()) {
-            return Err(CliError::invalid(
-                "diagnostics.path_t_max",
-                self.path_t_max,
-                "finite and > 0",
-            ));
-        }
-        Ok(())
     }
 }
 

@@ -6,7 +6,6 @@ use manifoldclr::semisup::SemisupConfig;
 use manifoldclr::{PretrainConfig, ProbeConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::diagnostics::DiagnosticsConfig;
 use crate::error::{CliError, Result};
 
 /// The data sets `vlgo pretrain` reads.
@@ -73,7 +72,7 @@ impl ImageRunConfig {
     /// # use vlgo::pretrain::ImageRunConfig;
     /// let text = std::fs::read_to_string("configs/fashion-mnist-simclr-mlp-cpu.toml").unwrap();
     /// let a: ImageRunConfig = toml::from_str(&text).unwrap();
-    /// let b = vlgo::args::set(&a, "pretrain.epochs=4").unwrap();
+    /// let b = vlgo::settings::set(&a, "pretrain.epochs=4").unwrap();
     /// let changed = a.differences(&b).unwrap();
     /// assert_eq!(changed, [format!("pretrain.epochs: {} -> 4", a.pretrain.epochs)]);
     /// assert!(a.differences(&a).unwrap().is_empty());
@@ -138,5 +137,64 @@ fn differing_keys(a: &toml::Value, b: &toml::Value, prefix: &str, out: &mut Vec<
         }
         _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
         _ => {}
+    }
+}
+
+/// Settings of the diagnostics (`[diagnostics]` in a run's `config.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DiagnosticsConfig {
+    /// Seed of the coefficient draws and of the random perturbation.
+    pub seed: u64,
+    /// `neighbours`: test images shown (the first of each class, class by class).
+    pub neighbour_images: usize,
+    /// `neighbours`: prior samples per test image.
+    pub neighbour_samples: usize,
+    /// `paths`: generators drawn (the largest by Frobenius norm).
+    pub path_generators: usize,
+    /// `paths`: test features moved along each generator.
+    pub path_features: usize,
+    /// `paths`: t runs over [-t_max, t_max] ...
+    pub path_t_max: f64,
+    /// ... at this many points.
+    pub path_points: usize,
+}
+
+impl Default for DiagnosticsConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            neighbour_images: 6,
+            neighbour_samples: 6,
+            path_generators: 4,
+            path_features: 5,
+            path_t_max: 1.0,
+            path_points: 41,
+        }
+    }
+}
+
+impl DiagnosticsConfig {
+    /// Checks every setting.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v, least) in [
+            ("diagnostics.neighbour_images", self.neighbour_images, 1),
+            ("diagnostics.neighbour_samples", self.neighbour_samples, 1),
+            ("diagnostics.path_generators", self.path_generators, 1),
+            ("diagnostics.path_features", self.path_features, 1),
+            ("diagnostics.path_points", self.path_points, 2),
+        ] {
+            if v < least {
+                return Err(CliError::invalid(name, v, format!("at least {least}")));
+            }
+        }
+        if !(self.path_t_max > 0.0 && self.path_t_max.is_finite()) {
+            return Err(CliError::invalid(
+                "diagnostics.path_t_max",
+                self.path_t_max,
+                "finite and > 0",
+            ));
+        }
+        Ok(())
     }
 }

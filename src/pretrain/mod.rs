@@ -14,7 +14,7 @@ use manifoldclr::{
 use serde_json::json;
 use vlgo_core::layers::LayerBackend;
 
-pub use config::ImageRunConfig;
+pub use config::{DiagnosticsConfig, ImageRunConfig};
 use data::{AugmentedViews, ImageData, has_checkpoint, subset};
 
 use crate::backend::{BackendName, OnBackend};
@@ -388,7 +388,7 @@ pub fn run_example<B: TrainBackend>(config: &str, device: &B::Device) -> Result<
         resolved.data_dir = Some(dir.into());
     }
     for s in sets {
-        resolved = crate::args::set(&resolved, s)?;
+        resolved = crate::settings::set(&resolved, s)?;
     }
     let out = paths
         .get(1)

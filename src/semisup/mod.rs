@@ -67,7 +67,7 @@ fn settings(args: &SemisupArgs) -> Result<ImageRunConfig> {
     let path = args.run.join("config.toml");
     let mut config = ImageRunConfig::load(&path)?;
     for s in &args.sets {
-        config = crate::args::set(&config, s)?;
+        config = crate::settings::set(&config, s)?;
     }
     config.validate()?;
     config.semisup.validate()?;

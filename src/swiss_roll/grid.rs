@@ -11,8 +11,8 @@ use vlgo_core::ExpmBackend;
 
 use super::config::{Method, SwissRollConfig};
 use super::report::{MethodSummary, Summary};
-use crate::args::set;
 use crate::error::{CliError, Result};
+use crate::settings::set;
 use crate::sweep::Axis;
 
 /// The J the paper's speed, sparsity and operator-count conclusions are read at (its largest).

@@ -5,6 +5,7 @@
 
 mod config;
 mod grid;
+mod progress;
 mod report;
 mod train;
 
@@ -22,8 +23,8 @@ pub use report::{MethodSummary, Summary};
 pub use train::{AmortisationGap, EpochMetrics, MethodRun, amortisation_gap, train_method};
 
 use crate::error::Result;
-use crate::progress::EpochBar;
 use crate::run_folder::RunFolder;
+use progress::EpochBar;
 
 /// Runs every configured method, writing `config.toml`, `metrics.jsonl`, `summary.json` and
 /// `plots/` into `out` (which must not hold a previous run), and returns the summary.

@@ -2,7 +2,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::swiss_roll::{EpochMetrics, MethodRun};
+use super::{EpochMetrics, MethodRun};
 
 /// One method's epoch bar.
 pub struct EpochBar {
