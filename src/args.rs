@@ -1,7 +1,12 @@
-//! Command-line arguments of `vlgo` (`vlgo --help`).
+//! Command-line arguments of `vlgo` (`vlgo --help`, `vlgo <COMMAND> --help`), on clap.
+//!
+//! Parsing also resolves and validates every setting, so that a bad value is reported (exit
+//! status 2) before any work starts.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use clap::{Args, Parser, Subcommand};
 use manifoldclr::semisup::SemisupMethod;
 
 use crate::diagnostics::Diagnostic;
@@ -10,94 +15,202 @@ use crate::pretrain::ImageRunConfig;
 pub use crate::settings::set;
 use crate::swiss_roll::{Study, SwissRollConfig};
 
-/// Usage text.
-pub const USAGE: &str = "\
-usage: vlgo [--backend NAME] [COMMAND] [OPTIONS]
+/// The command line as clap reads it: `vlgo [--backend NAME] [COMMAND] [OPTIONS]`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "vlgo",
+    version,
+    about = "Manifold contrastive learning with variational Lie group operators: the paper's \
+             experiments, their diagnostics and tables",
+    after_help = "Without a command, vlgo runs swiss-roll, whose options may follow directly \
+                  (vlgo --epochs 50). `vlgo <COMMAND> --help` lists a command's options."
+)]
+pub struct Cli {
+    /// The Burn backend every command runs on: flex (the default), ndarray, and wgpu or cuda
+    /// when built with `--features wgpu` / `--features cuda`; the VLGO_BACKEND variable sets it
+    /// too (the flag wins). Recorded as `backend` in summary.json
+    #[arg(long, global = true, value_name = "NAME")]
+    pub backend: Option<String>,
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
 
-  --backend NAME     the Burn backend every command runs on: flex (the default), ndarray, and
-                     wgpu or cuda when built with `--features wgpu` / `--features cuda`; the
-                     VLGO_BACKEND variable sets it too (the flag wins). Recorded as `backend`
-                     in summary.json
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// The swiss-roll experiment (the default): FISTA against variational operators
+    SwissRoll(SwissRollArgs),
+    /// Contrastive pre-training of a ResNet-18 on images, then its evaluation
+    Pretrain(PretrainArgs),
+    /// Linear probe of a pre-trained run's frozen features (updates its summary.json)
+    Probe(RunArgs),
+    /// kNN evaluation of a pre-trained run (updates its summary.json)
+    Knn(RunArgs),
+    /// ManifoldCLR runs: probe accuracy on clean and prior-moved test features
+    Identity(RunArgs),
+    /// ManifoldCLR runs: per-class mean |c| of prior samples (a heat map)
+    Coefficients(RunArgs),
+    /// ManifoldCLR runs: prior samples shown as their nearest training images
+    Neighbours(RunArgs),
+    /// ManifoldCLR runs: paths expm(t Psi_m) z of the largest generators
+    Paths(RunArgs),
+    /// A markdown table of finished runs by method (mean and spread over seeds)
+    Compare(CompareArgs),
+    /// Pre-training runs over a grid of settings and seeds, their table and plots
+    Sweep(SweepArgs),
+    /// Semi-supervised classification with few labels on a run's frozen features
+    Semisup(SemisupCliArgs),
+    /// A tour of the core API: operators, transport, gradients
+    Demo,
+}
 
-commands:
-  swiss-roll   the swiss-roll experiment (the default): FISTA against variational operators
-  pretrain     contrastive pre-training of a ResNet-18 on images, then its evaluation
-  probe        linear probe of a pre-trained run's frozen features (updates its summary.json)
-  knn          kNN evaluation of a pre-trained run (updates its summary.json)
-  identity     ManifoldCLR runs: probe accuracy on clean and prior-moved test features
-  coefficients ManifoldCLR runs: per-class mean |c| of prior samples (a heat map)
-  neighbours   ManifoldCLR runs: prior samples shown as their nearest training images
-  paths        ManifoldCLR runs: paths expm(t Psi_m) z of the largest generators
-  compare      a markdown table of finished runs by method (mean and spread over seeds)
-  sweep        pre-training runs over a grid of settings and seeds, their table and plots
-  semisup      semi-supervised classification with few labels on a run's frozen features
-  demo         a tour of the core API: operators, transport, gradients
+/// `vlgo swiss-roll`.
+#[derive(Args, Debug, Default)]
+pub struct SwissRollArgs {
+    /// The paper's 1000 epochs (default: a reduced run of 200)
+    #[arg(long)]
+    pub full: bool,
+    /// Run folder (default: runs/swiss-roll[-full]-seed<N>, never overwritten)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seed of data, initialisation and noise (default 0)
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Override the number of epochs
+    #[arg(long, value_name = "N")]
+    pub epochs: Option<usize>,
+    /// Points on the roll (default 5000)
+    #[arg(long, value_name = "N")]
+    pub points: Option<usize>,
+    /// Partners from the k1-th.. nearest neighbours (default 20)
+    #[arg(long, value_name = "N")]
+    pub k1: Option<usize>,
+    /// ..to the k2-th nearest neighbours (default 60)
+    #[arg(long, value_name = "N")]
+    pub k2: Option<usize>,
+    /// Methods to run: fista, laplace_j<J>, thresholded_j<J>
+    #[arg(long, value_name = "A,B,..", value_delimiter = ',')]
+    pub methods: Option<Vec<String>>,
+    /// Any other setting of the resolved config.toml (repeatable; applied after the options
+    /// above), e.g. --set encoder_lr=3e-3 --set prior.scale=0.05
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// One run per value (repeatable: every combination), into --out DIR (default:
+    /// runs/swiss-roll[-full]-seed<N>-grid-<names>); linked settings move together:
+    /// --grid beta:prior.scale=5e-3:0.01,5e-4:1e-3. Each method is trained once per setting
+    /// that matters to it; an interrupted grid resumes; writes study.md: the paper's four
+    /// conclusions per regime
+    #[arg(long = "grid", value_name = "KEY=V1,V2")]
+    pub grids: Vec<String>,
+}
 
-swiss-roll options:
-  --full             the paper's 1000 epochs (default: a reduced run of 200)
-  --out DIR          run folder (default: runs/swiss-roll[-full]-seed<N>, never overwritten)
-  --seed N           seed of data, initialisation and noise (default 0)
-  --epochs N         override the number of epochs
-  --points N         points on the roll (default 5000)
-  --k1 N, --k2 N     partners from the k1-th..k2-th nearest neighbours (default 20..60)
-  --methods A,B,..   methods to run: fista, laplace_j<J>, thresholded_j<J>
-  --set KEY=VALUE    any other setting of the resolved config.toml (repeatable), e.g.
-                     --set encoder_lr=3e-3 --set prior.scale=0.05
-  --grid KEY=V1,V2   one run per value (repeatable: every combination), into --out DIR
-                     (default: runs/swiss-roll[-full]-seed<N>-grid-<names>); linked settings
-                     move together: --grid beta:prior.scale=5e-3:0.01,5e-4:1e-3. Each method
-                     is trained once per setting that matters to it; an interrupted grid
-                     resumes; writes study.md: the paper's four conclusions per regime
+/// `vlgo pretrain`.
+#[derive(Args, Debug)]
+pub struct PretrainArgs {
+    /// The run's settings, e.g. configs/fashion-mnist-simclr-mlp-cpu.toml
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The data set's folder (Fashion-MNIST: the Debian package's by default)
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Run folder (default: runs/<config name>-seed<N>, never overwritten)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Continue the run folder's checkpoint with its own settings (--out names it; its
+    /// config.toml, changed by --set, each change named; a --config holding other settings is
+    /// refused)
+    #[arg(long)]
+    pub resume: bool,
+    /// Any setting of the config (repeatable), e.g. --set pretrain.epochs=2
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
 
-pretrain options:
-  --config FILE      the run's settings, e.g. configs/fashion-mnist-simclr-mlp-cpu.toml
-  --data-dir DIR     the data set's folder (Fashion-MNIST: the Debian package's by default)
-  --out DIR          run folder (default: runs/<config name>-seed<N>, never overwritten)
-  --resume           continue the run folder's checkpoint with its own settings (--out names
-                     it; its config.toml, changed by --set, each change named; a --config
-                     holding other settings is refused)
-  --set KEY=VALUE    any setting of the config (repeatable), e.g. --set pretrain.epochs=2
+/// The commands on one run folder.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The run folder of a pre-training run; the settings are those of its config.toml
+    /// ([probe], knn_k, baselines, [diagnostics]), which may be edited; results are written
+    /// into the run folder
+    #[arg(long, value_name = "DIR")]
+    pub run: PathBuf,
+}
 
-probe / knn / identity / coefficients / neighbours / paths options:
-  --run DIR          the run folder of a pre-training run; the settings are those of
-                     its config.toml ([probe], knn_k, baselines, [diagnostics]), which
-                     may be edited; results are written into the run folder
+/// `vlgo compare`.
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Run folders (all that follow), e.g. runs/fashion-mnist-*
+    #[arg(long, value_name = "DIR", num_args = 1.., required = true)]
+    pub runs: Vec<PathBuf>,
+}
 
-compare options:
-  --runs DIR...      run folders (all that follow), e.g. runs/fashion-mnist-*
+/// `vlgo sweep`.
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    /// The settings every run starts from
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A swept setting and its values (repeatable: the grid of all combinations), e.g.
+    /// --grid pretrain.model.manifold.lambda=1,10,100
+    #[arg(long = "grid", value_name = "KEY=V1,V2")]
+    pub grids: Vec<String>,
+    /// Seeds of every grid point (default: the config's seed)
+    #[arg(long, value_name = "S1,S2,..", value_delimiter = ',')]
+    pub seeds: Option<Vec<u64>>,
+    /// Any other setting (repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// The data set's folder
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The sweep's folder (default: runs/<config name>-sweep-<keys>); run again, a sweep skips
+    /// finished runs and resumes stopped ones; it ends with sweep.md and
+    /// plots/<metric>_vs_<key>.png
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
 
-sweep options:
-  --config FILE      the settings every run starts from
-  --grid KEY=V1,V2   a swept setting and its values (repeatable: the grid of all
-                     combinations), e.g. --grid pretrain.model.manifold.lambda=1,10,100
-  --seeds S1,S2,...  seeds of every grid point (default: the config's seed)
-  --set KEY=VALUE    any other setting (repeatable)
-  --data-dir DIR     the data set's folder
-  --out DIR          the sweep's folder (default: runs/<config name>-sweep-<keys>);
-                     run again, a sweep skips finished runs and resumes stopped ones;
-                     it ends with sweep.md and plots/<metric>_vs_<key>.png
-
-semisup options:
-  --run DIR          a pre-training run folder; results go to DIR/semisup/ (an interrupted
-                     run resumes from its results.jsonl)
-  --labels K1,K2,..  labels per class, one experiment each (default 5)
-  --splits N         random label splits per experiment (default 50, the paper's)
-  --methods A,B,..   ce-only, pseudo-label, mm-ict, featmatch, vlgo (default: all; vlgo
-                     only on a run with a learned prior)
-  --iterations N     iterations per split (default 5000; FeatMatch twice as many)
-  --set KEY=VALUE    any semisup.* setting of the run's config (repeatable), e.g.
-                     --set semisup.confidence=0.7
-  --bench            time the trainer on synthetic 128-d features instead: one split and
-                     max(4, semisup.splits_at_once) splits at once, iterations/s per
-                     split (--iterations, default 200)
-
-  -h, --help         this text";
+/// `vlgo semisup`.
+#[derive(Args, Debug)]
+pub struct SemisupCliArgs {
+    /// A pre-training run folder; results go to DIR/semisup/ (an interrupted run resumes from
+    /// its results.jsonl)
+    #[arg(long, value_name = "DIR", required_unless_present = "bench")]
+    pub run: Option<PathBuf>,
+    /// Labels per class, one experiment each
+    #[arg(
+        long,
+        value_name = "K1,K2,..",
+        value_delimiter = ',',
+        default_value = "5"
+    )]
+    pub labels: Vec<usize>,
+    /// Random label splits per experiment (the paper's 50)
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub splits: usize,
+    /// ce-only, pseudo-label, mm-ict, featmatch, vlgo (default: all; vlgo only on a run with a
+    /// learned prior)
+    #[arg(long, value_name = "A,B,..", value_delimiter = ',')]
+    pub methods: Option<Vec<String>>,
+    /// Iterations per split (default 5000; FeatMatch twice as many)
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<usize>,
+    /// Any semisup.* setting of the run's config (repeatable), e.g. --set semisup.confidence=0.7
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Time the trainer on synthetic 128-d features instead: one split and
+    /// max(4, semisup.splits_at_once) splits at once, iterations/s per split (--iterations,
+    /// default 200)
+    #[arg(long)]
+    pub bench: bool,
+}
 
 /// A parsed command line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// Print usage.
-    Help,
+    /// Print this text (help or version) and exit successfully.
+    Help(String),
     /// The core demo.
     Demo,
     /// The swiss-roll experiment with its resolved settings and run folder.
@@ -145,119 +258,105 @@ pub enum Command {
     },
 }
 
-fn value<'a>(flag: &str, it: &mut impl Iterator<Item = &'a String>) -> Result<&'a String> {
-    it.next()
-        .ok_or_else(|| CliError::invalid(flag, "nothing", "expected a value after it"))
-}
-
-fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T> {
-    text.parse().map_err(|_| {
-        CliError::invalid(flag, format!("{text:?}"), "expected a non-negative integer")
-    })
-}
-
-/// Parses the arguments after the program name. The settings are validated here, so a bad
-/// value is reported before any work starts.
-pub fn parse(args: &[String]) -> Result<Command> {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(Command::Help);
-    }
-    let (command, rest) = match args.first().map(String::as_str) {
-        None => ("swiss-roll", &args[..0]),
-        Some(flag) if flag.starts_with("--") => ("swiss-roll", args),
-        Some(cmd) => (cmd, &args[1..]),
+/// Reads the arguments after the program name: the backend named by `--backend` (unchecked;
+/// None when not given) and the command with its settings resolved and validated. Help and
+/// version come back as [`Command::Help`]; a malformed command line is [`CliError::Usage`].
+///
+/// ```
+/// use vlgo::args::{Command, parse};
+/// let args = ["--backend", "ndarray", "compare", "--runs", "a", "b"].map(String::from);
+/// let (backend, command) = parse(&args).unwrap();
+/// assert_eq!(backend.as_deref(), Some("ndarray"));
+/// assert_eq!(command, Command::Compare { runs: vec!["a".into(), "b".into()] });
+/// let (_, help) = parse(&["pretrain", "--help"].map(String::from)).unwrap();
+/// assert!(matches!(help, Command::Help(text) if text.contains("--resume")));
+/// ```
+pub fn parse(args: &[String]) -> Result<(Option<String>, Command)> {
+    let cli = match Cli::try_parse_from(with_default_command(args)) {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => return Ok((None, Command::Help(e.render().to_string()))),
+        Err(e) => return Err(CliError::Usage(e.render().to_string())),
     };
-    match command {
-        "demo" if rest.is_empty() => Ok(Command::Demo),
-        "demo" => Err(CliError::invalid(
-            "demo arguments",
-            rest.join(" "),
-            "the demo takes none",
-        )),
-        "swiss-roll" => parse_swiss_roll(rest),
-        "pretrain" => parse_pretrain(rest),
-        "sweep" => parse_sweep(rest),
-        "semisup" => parse_semisup(rest),
-        "probe" | "knn" => Ok(Command::Evaluate {
-            run: run_folder(command, rest)?,
-            probe: command == "probe",
+    let command = match cli.command {
+        None => swiss_roll(SwissRollArgs::default())?,
+        Some(cmd) => resolve(cmd)?,
+    };
+    Ok((cli.backend, command))
+}
+
+/// `vlgo OPTIONS` is `vlgo swiss-roll OPTIONS`: the program name, then "swiss-roll" before the
+/// first argument that is neither `--backend NAME` nor help or version.
+fn with_default_command(args: &[String]) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec!["vlgo".into()];
+    let mut i = 0;
+    while i < args.len() && args[i] == "--backend" {
+        out.extend(args[i..(i + 2).min(args.len())].iter().map(OsString::from));
+        i += 2;
+    }
+    if let Some(first) = args.get(i)
+        && first.starts_with('-')
+        && !["-h", "--help", "-V", "--version"].contains(&first.as_str())
+    {
+        out.push("swiss-roll".into());
+    }
+    out.extend(args[i.min(args.len())..].iter().map(OsString::from));
+    out
+}
+
+fn resolve(cmd: Cmd) -> Result<Command> {
+    let diagnose = |run: RunArgs, name: &str| -> Result<Command> {
+        let what = Diagnostic::parse(name)
+            .ok_or_else(|| CliError::invalid("diagnostic", name, "a known one"))?;
+        Ok(Command::Diagnose { run: run.run, what })
+    };
+    match cmd {
+        Cmd::SwissRoll(a) => swiss_roll(a),
+        Cmd::Pretrain(a) => pretrain(a),
+        Cmd::Probe(a) => Ok(Command::Evaluate {
+            run: a.run,
+            probe: true,
         }),
-        "compare" => match rest.split_first() {
-            Some((flag, runs)) if flag == "--runs" && !runs.is_empty() => Ok(Command::Compare {
-                runs: runs.iter().map(PathBuf::from).collect(),
-            }),
-            _ => Err(CliError::invalid(
-                "compare arguments",
-                format!("{:?}", rest.join(" ")),
-                "expected --runs DIR [DIR ...]",
-            )),
-        },
-        other => match Diagnostic::parse(other) {
-            Some(what) => Ok(Command::Diagnose {
-                run: run_folder(command, rest)?,
-                what,
-            }),
-            None => Err(CliError::invalid(
-                "command",
-                format!("{other:?}"),
-                "expected swiss-roll, pretrain, probe, knn, identity, coefficients, \
-                 neighbours, paths, compare, sweep, semisup or demo (see `vlgo --help`)",
-            )),
-        },
+        Cmd::Knn(a) => Ok(Command::Evaluate {
+            run: a.run,
+            probe: false,
+        }),
+        Cmd::Identity(a) => diagnose(a, "identity"),
+        Cmd::Coefficients(a) => diagnose(a, "coefficients"),
+        Cmd::Neighbours(a) => diagnose(a, "neighbours"),
+        Cmd::Paths(a) => diagnose(a, "paths"),
+        Cmd::Compare(a) => Ok(Command::Compare { runs: a.runs }),
+        Cmd::Sweep(a) => sweep(a),
+        Cmd::Semisup(a) => semisup(a),
+        Cmd::Demo => Ok(Command::Demo),
     }
 }
 
-/// `--run DIR`, the only arguments of the commands on a run folder.
-fn run_folder(command: &str, rest: &[String]) -> Result<PathBuf> {
-    match rest {
-        [flag, run] if flag == "--run" => Ok(PathBuf::from(run)),
-        _ => Err(CliError::invalid(
-            format!("{command} arguments"),
-            format!("{:?}", rest.join(" ")),
-            "expected --run DIR",
-        )),
-    }
-}
-
-fn parse_swiss_roll(args: &[String]) -> Result<Command> {
-    let full = args.iter().any(|a| a == "--full");
-    let mut config = if full {
-        SwissRollConfig::full()
-    } else {
-        SwissRollConfig::reduced()
+fn swiss_roll(a: SwissRollArgs) -> Result<Command> {
+    let mut config = match a.full {
+        true => SwissRollConfig::full(),
+        false => SwissRollConfig::reduced(),
     };
-    let mut out = None;
-    let mut axes = Vec::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--full" => {}
-            "--grid" => axes.push(crate::sweep::Axis::parse(value(flag, &mut it)?)?),
-            "--out" => out = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--seed" => config.seed = number(flag, value(flag, &mut it)?)?,
-            "--epochs" => config.epochs = number(flag, value(flag, &mut it)?)?,
-            "--points" => config.points = number(flag, value(flag, &mut it)?)?,
-            "--k1" => config.k1 = number(flag, value(flag, &mut it)?)?,
-            "--k2" => config.k2 = number(flag, value(flag, &mut it)?)?,
-            "--methods" => {
-                config.methods = value(flag, &mut it)?
-                    .split(',')
-                    .map(|m| m.trim().to_string())
-                    .collect()
-            }
-            "--set" => config = set(&config, value(flag, &mut it)?)?,
-            other => {
-                return Err(CliError::invalid(
-                    "swiss-roll option",
-                    format!("{other:?}"),
-                    "see `vlgo --help`",
-                ));
-            }
-        }
+    config.seed = a.seed.unwrap_or(config.seed);
+    config.epochs = a.epochs.unwrap_or(config.epochs);
+    config.points = a.points.unwrap_or(config.points);
+    config.k1 = a.k1.unwrap_or(config.k1);
+    config.k2 = a.k2.unwrap_or(config.k2);
+    if let Some(methods) = a.methods {
+        config.methods = methods.iter().map(|m| m.trim().to_string()).collect();
+    }
+    for s in &a.sets {
+        config = set(&config, s)?;
     }
     config.validate()?;
+    let axes = a
+        .grids
+        .iter()
+        .map(|g| crate::sweep::Axis::parse(g))
+        .collect::<Result<Vec<_>>>()?;
     if !axes.is_empty() {
-        let out = out.unwrap_or_else(|| Study::default_out(full, config.seed, &axes));
+        let out = a
+            .out
+            .unwrap_or_else(|| Study::default_out(a.full, config.seed, &axes));
         let study = Study {
             base: config,
             axes,
@@ -268,62 +367,41 @@ fn parse_swiss_roll(args: &[String]) -> Result<Command> {
     }
     Ok(Command::SwissRoll {
         config: Box::new(config),
-        out,
-        full,
+        out: a.out,
+        full: a.full,
     })
 }
 
-fn parse_pretrain(args: &[String]) -> Result<Command> {
-    let mut config_path = None;
-    let (mut data_dir, mut out, mut resume, mut sets) = (None, None, false, Vec::new());
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--config" => config_path = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--data-dir" => data_dir = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--out" => out = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--resume" => resume = true,
-            "--set" => sets.push(value(flag, &mut it)?.clone()),
-            other => {
-                return Err(CliError::invalid(
-                    "pretrain option",
-                    format!("{other:?}"),
-                    "see `vlgo --help`",
-                ));
-            }
-        }
-    }
-    if resume {
-        let out = out.ok_or_else(|| {
+fn pretrain(a: PretrainArgs) -> Result<Command> {
+    if a.resume {
+        let out = a.out.ok_or_else(|| {
             CliError::invalid(
                 "--resume",
                 "no --out",
                 "--out naming the run folder to continue",
             )
         })?;
-        let config = resumed_config(&out, config_path, &sets, data_dir)?;
+        let config = resumed_config(&out, a.config, &a.sets, a.data_dir)?;
         config.validate()?;
         return Ok(Command::Pretrain {
             config: Box::new(config),
             out,
-            resume,
+            resume: true,
         });
     }
-    let (path, config) = image_config(config_path, "a config file to train with", &sets, data_dir)?;
+    let (path, config) =
+        image_config(a.config, "a config file to train with", &a.sets, a.data_dir)?;
     config.validate()?;
-    let out = match out {
-        Some(out) => out,
-        None => {
-            let stem = path
-                .file_stem()
-                .map_or("run".into(), |s| s.to_string_lossy());
-            PathBuf::from("runs").join(format!("{stem}-seed{}", config.pretrain.seed))
-        }
-    };
+    let out = a.out.unwrap_or_else(|| {
+        let stem = path
+            .file_stem()
+            .map_or("run".into(), |s| s.to_string_lossy());
+        PathBuf::from("runs").join(format!("{stem}-seed{}", config.pretrain.seed))
+    });
     Ok(Command::Pretrain {
         config: Box::new(config),
         out,
-        resume,
+        resume: false,
     })
 }
 
@@ -370,38 +448,18 @@ fn resumed_config(
     Ok(config)
 }
 
-fn parse_sweep(args: &[String]) -> Result<Command> {
-    let (mut config_path, mut data_dir, mut out) = (None, None, None);
-    let (mut axes, mut seeds, mut sets) = (Vec::new(), None, Vec::new());
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--config" => config_path = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--data-dir" => data_dir = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--out" => out = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--grid" => axes.push(crate::sweep::Axis::parse(value(flag, &mut it)?)?),
-            "--seeds" => {
-                seeds = Some(
-                    value(flag, &mut it)?
-                        .split(',')
-                        .map(|s| number::<u64>(flag, s.trim()))
-                        .collect::<Result<Vec<_>>>()?,
-                )
-            }
-            "--set" => sets.push(value(flag, &mut it)?.clone()),
-            other => {
-                return Err(CliError::invalid(
-                    "sweep option",
-                    format!("{other:?}"),
-                    "see `vlgo --help`",
-                ));
-            }
-        }
-    }
-    let (path, base) = image_config(config_path, "a config file to sweep", &sets, data_dir)?;
+fn sweep(a: SweepArgs) -> Result<Command> {
+    let axes = a
+        .grids
+        .iter()
+        .map(|g| crate::sweep::Axis::parse(g))
+        .collect::<Result<Vec<_>>>()?;
+    let (path, base) = image_config(a.config, "a config file to sweep", &a.sets, a.data_dir)?;
     let sweep = crate::sweep::Sweep {
-        seeds: seeds.unwrap_or_else(|| vec![base.pretrain.seed]),
-        out: out.unwrap_or_else(|| crate::sweep::Sweep::default_out(&path, &axes)),
+        seeds: a.seeds.unwrap_or_else(|| vec![base.pretrain.seed]),
+        out: a
+            .out
+            .unwrap_or_else(|| crate::sweep::Sweep::default_out(&path, &axes)),
         base,
         axes,
     };
@@ -410,83 +468,53 @@ fn parse_sweep(args: &[String]) -> Result<Command> {
     Ok(Command::Sweep(Box::new(sweep)))
 }
 
-fn list<T>(flag: &str, text: &str, item: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
-    let items: Vec<T> = text
-        .split(',')
-        .map(|s| item(s.trim()))
-        .collect::<Result<_>>()?;
-    match items.is_empty() {
-        true => Err(CliError::invalid(flag, "nothing", "a comma-separated list")),
-        false => Ok(items),
-    }
-}
-
-fn parse_semisup(args: &[String]) -> Result<Command> {
-    let (mut run, mut bench) = (None, false);
-    let (mut labels, mut splits, mut methods, mut sets) = (vec![5], 50, None, Vec::new());
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--run" => run = Some(PathBuf::from(value(flag, &mut it)?)),
-            "--bench" => bench = true,
-            "--labels" => labels = list(flag, value(flag, &mut it)?, |s| number(flag, s))?,
-            "--splits" => splits = number(flag, value(flag, &mut it)?)?,
-            "--methods" => {
-                let names = value(flag, &mut it)?;
-                let parsed = list(flag, names, |s| Ok(s.parse::<SemisupMethod>()?))?;
-                if parsed
-                    .iter()
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len()
-                    != parsed.len()
-                {
-                    return Err(CliError::invalid(flag, names, "each method once"));
-                }
-                methods = Some(parsed);
-            }
-            "--iterations" => {
-                let n: usize = number(flag, value(flag, &mut it)?)?;
-                sets.push(format!("semisup.iterations={n}"));
-            }
-            "--set" => sets.push(value(flag, &mut it)?.clone()),
-            other => {
+fn semisup(a: SemisupCliArgs) -> Result<Command> {
+    let methods = match a.methods {
+        None => None,
+        Some(names) => {
+            let parsed = names
+                .iter()
+                .map(|s| Ok(s.trim().parse::<SemisupMethod>()?))
+                .collect::<Result<Vec<_>>>()?;
+            let distinct: std::collections::BTreeSet<_> = parsed.iter().collect();
+            if distinct.len() != parsed.len() {
                 return Err(CliError::invalid(
-                    "semisup option",
-                    format!("{other:?}"),
-                    "see `vlgo --help`",
+                    "--methods",
+                    names.join(","),
+                    "each method once",
                 ));
             }
+            Some(parsed)
         }
-    }
-    let run = match (run, bench) {
-        (Some(run), _) => run,
-        (None, true) => PathBuf::new(),
-        (None, false) => return Err(CliError::invalid("--run", "nothing", "a run folder")),
     };
-    if splits == 0 || labels.contains(&0) {
+    let mut sets = a.sets;
+    if let Some(n) = a.iterations {
+        sets.insert(0, format!("semisup.iterations={n}"));
+    }
+    if a.splits == 0 || a.labels.contains(&0) {
         return Err(CliError::invalid(
             "--splits / --labels",
-            format!("{splits} splits of {labels:?} labels per class"),
+            format!("{} splits of {:?} labels per class", a.splits, a.labels),
             "at least one split and one label per class",
         ));
     }
-    let mut dedup = labels.clone();
+    let mut dedup = a.labels.clone();
     dedup.sort_unstable();
     dedup.dedup();
-    if dedup.len() != labels.len() {
+    if dedup.len() != a.labels.len() {
         return Err(CliError::invalid(
             "--labels",
-            format!("{labels:?}"),
+            format!("{:?}", a.labels),
             "each count once",
         ));
     }
     Ok(Command::Semisup(Box::new(crate::semisup::SemisupArgs {
-        run,
-        labels,
-        splits,
+        run: a.run.unwrap_or_default(),
+        labels: a.labels,
+        splits: a.splits,
         methods,
         sets,
-        bench,
+        bench: a.bench,
     })))
 }
 

@@ -117,11 +117,26 @@ impl BackendName {
     /// ```
     pub fn from_args(args: &[String], env: Option<String>) -> Result<(Self, Vec<String>)> {
         let (named, rest) = Self::split_args(args)?;
-        let backend = match named.or(env.filter(|e| !e.trim().is_empty())) {
-            Some(name) => Self::parse(&name)?,
-            None => Self::default_choice(),
-        };
-        Ok((backend, rest))
+        Ok((Self::choose(named, env)?, rest))
+    }
+
+    /// The backend `named` on the command line, else the one of `env` (the `VLGO_BACKEND`
+    /// variable; blank counts as unset), else the default.
+    ///
+    /// ```
+    /// use vlgo::backend::BackendName;
+    /// let pick = |named: Option<&str>, env: Option<&str>| {
+    ///     BackendName::choose(named.map(String::from), env.map(String::from))
+    /// };
+    /// assert_eq!(pick(Some("ndarray"), Some("bogus")).unwrap(), BackendName::NdArray);
+    /// assert_eq!(pick(None, Some(" ")).unwrap(), BackendName::default_choice());
+    /// assert!(pick(None, Some("bogus")).is_err());
+    /// ```
+    pub fn choose(named: Option<String>, env: Option<String>) -> Result<Self> {
+        match named.or(env.filter(|e| !e.trim().is_empty())) {
+            Some(name) => Self::parse(&name),
+            None => Ok(Self::default_choice()),
+        }
     }
 
     /// The value of `--backend NAME` in `args`, unchecked, and the other arguments.

@@ -18,6 +18,9 @@ pub enum CliError {
         /// What it must satisfy.
         expected: String,
     },
+    /// A malformed command line, as the argument parser words it (with the usage).
+    #[error("{0}")]
+    Usage(String),
     /// From the numerical core or the networks.
     #[error(transparent)]
     Core(#[from] vlgo_core::VlgoError),

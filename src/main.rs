@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use manifoldclr::TrainBackend;
-use vlgo::args::{Command, USAGE, parse};
+use vlgo::args::{Command, parse};
 use vlgo::backend::{BackendName, OnBackend};
 use vlgo::swiss_roll::{self, default_out_dir};
 
@@ -35,8 +35,8 @@ impl OnBackend for Execute {
 
 fn execute<B: TrainBackend>(command: Command, device: &B::Device) -> vlgo::Result<()> {
     match command {
-        Command::Help => {
-            println!("{USAGE}");
+        Command::Help(text) => {
+            print!("{text}");
             Ok(())
         }
         Command::Demo => Ok(vlgo::demo::demo::<B>()?),
@@ -105,10 +105,24 @@ fn execute<B: TrainBackend>(command: Command, device: &B::Device) -> vlgo::Resul
 fn main() -> ExitCode {
     keep_freed_buffers();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = BackendName::from_args(&args, std::env::var("VLGO_BACKEND").ok())
-        .and_then(|(backend, args)| backend.run(Execute(parse(&args)?)));
+    let result = parse(&args).and_then(|(named, command)| match command {
+        // Help needs no backend (a bad VLGO_BACKEND must not hide it).
+        Command::Help(text) => {
+            print!("{text}");
+            Ok(())
+        }
+        command => {
+            let backend = BackendName::choose(named, std::env::var("VLGO_BACKEND").ok())?;
+            backend.run(Execute(command))
+        }
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The parser's own message already says what is wrong and how to get help.
+        Err(vlgo::CliError::Usage(text)) => {
+            eprint!("{text}");
+            ExitCode::from(2)
+        }
         // Bad input, whichever layer named it, exits 2; failures while working exit 1.
         Err(
             e @ (vlgo::CliError::Invalid { .. }

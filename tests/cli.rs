@@ -25,18 +25,45 @@ fn rejected(args: &[&str], needles: &[&str]) {
 
 #[test]
 fn help_prints_usage() {
-    let out = vlgo(&["--help"]);
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vlgo"))
+            .args(args)
+            // Help needs no backend: a bad one in the environment does not hide it.
+            .env("VLGO_BACKEND", "bogus")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let text = help(&["--help"]);
     assert!(
-        text.contains("usage: vlgo") && text.contains("swiss-roll"),
+        text.contains("Usage: vlgo") && text.contains("swiss-roll") && text.contains("semisup"),
+        "{text}"
+    );
+    // Each command has its own help, with its own options.
+    let text = help(&["pretrain", "--help"]);
+    assert!(
+        text.contains("--resume") && !text.contains("--labels"),
+        "{text}"
+    );
+    let text = help(&["--backend", "ndarray", "semisup", "--help"]);
+    assert!(
+        text.contains("--labels") && text.contains("--bench"),
+        "{text}"
+    );
+    let text = help(&["help", "sweep"]);
+    assert!(
+        text.contains("--grid") && text.contains("--seeds"),
         "{text}"
     );
 }
 
 #[test]
 fn bad_arguments_are_clear_errors() {
-    rejected(&["frobnicate"], &["command", "\"frobnicate\""]);
+    rejected(
+        &["frobnicate"],
+        &["unrecognized subcommand", "'frobnicate'"],
+    );
     rejected(
         &["swiss-roll", "--methods", "fista,sgd_j3"],
         &["method", "sgd_j3", "laplace_j<J>"],
@@ -54,16 +81,26 @@ fn bad_arguments_are_clear_errors() {
         &["--seed", "minus-one"],
     );
     rejected(&["swiss-roll", "--set", "zeta=-1"], &["zeta", "-1"]);
-    rejected(&["swiss-roll", "--out"], &["--out", "expected a value"]);
-    rejected(&["paths", "runs/x"], &["paths arguments", "--run DIR"]);
-    rejected(&["compare", "--runs"], &["compare arguments", "--runs DIR"]);
+    rejected(
+        &["swiss-roll", "--out"],
+        &["--out <DIR>", "a value is required"],
+    );
+    rejected(
+        &["paths", "runs/x"],
+        &["unexpected argument 'runs/x'", "--run <DIR>"],
+    );
+    rejected(
+        &["compare", "--runs"],
+        &["--runs <DIR>", "a value is required"],
+    );
+    rejected(&["--epochs", "x"], &["--epochs <N>", "'x'"]);
     rejected(
         &["--backend", "nonsense"],
         &["backend", "nonsense", "ndarray"],
     );
     rejected(
         &["swiss-roll", "--backend"],
-        &["--backend", "expected a value"],
+        &["--backend <NAME>", "a value is required"],
     );
     if !cfg!(feature = "wgpu") {
         rejected(&["--backend", "wgpu"], &["backend", "--features wgpu"]);
