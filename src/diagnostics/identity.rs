@@ -5,9 +5,9 @@
 
 use manifoldclr::{Accuracy, Features, TrainBackend, linear_probe_each};
 use rand::SeedableRng;
-use rand::rngs::StdRng;
 use rand_distr::{Distribution, StandardNormal};
 use serde_json::{Value, json};
+use vlgo_core::StreamRng;
 
 use super::{ManifoldRun, PriorKind, l2};
 use crate::error::Result;
@@ -33,7 +33,7 @@ fn displacements(clean: &Features, moved: &Features) -> Vec<(f64, f64)> {
 /// that row's `norms` entry: the same distance as the prior's move, in no learned direction.
 /// (The published code scales by the squared norm; this uses the norm itself.)
 fn random_same_norm(clean: &Features, norms: &[f64], dims: usize, seed: u64) -> Result<Features> {
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StreamRng::seed_from_u64(seed);
     let mut values = clean.values.clone();
     for (row, &r) in values.chunks_exact_mut(clean.dim).zip(norms) {
         let g: Vec<f64> = (0..dims).map(|_| StandardNormal.sample(&mut rng)).collect();

@@ -7,14 +7,14 @@ use std::time::Instant;
 use manifoldclr::semisup::{SemisupConfig, SemisupMethod, SemisupSet, train_splits};
 use manifoldclr::{Features, TrainBackend};
 use rand::SeedableRng;
-use rand::rngs::StdRng;
 use rand_distr::{Distribution, StandardNormal};
+use vlgo_core::StreamRng;
 
 use crate::error::Result;
 
 /// Gaussian features around one random centre per class.
 fn synthetic(rows: usize, dim: usize, classes: usize, seed: u64) -> Result<Features> {
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StreamRng::seed_from_u64(seed);
     let centres: Vec<f32> = (0..classes * dim)
         .map(|_| StandardNormal.sample(&mut rng))
         .collect();

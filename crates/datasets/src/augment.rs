@@ -8,8 +8,8 @@
 //! grayscale with probability 0.1, random resized crop (area scale and aspect ratio as
 //! torchvision draws them), horizontal flip with probability 0.5, per-channel normalisation.
 
+use crate::rng::StreamRng;
 use rand::Rng;
-use rand::rngs::StdRng;
 use rayon::prelude::*;
 
 use crate::error::{DatasetError, Result};
@@ -241,10 +241,10 @@ impl Augment {
         self.draw_with(&mut rng)
     }
 
-    fn draw_with(&self, rng: &mut StdRng) -> ViewParams {
+    fn draw_with(&self, rng: &mut StreamRng) -> ViewParams {
         let c = &self.config;
         let factor =
-            |rng: &mut StdRng, s: f64| rng.random_range((1.0 - s).max(0.0)..=1.0 + s) as f32;
+            |rng: &mut StreamRng, s: f64| rng.random_range((1.0 - s).max(0.0)..=1.0 + s) as f32;
         let jitter = (rng.random::<f64>() < c.jitter_probability).then(|| {
             let mut order = [0u8, 1, 2, 3];
             for i in (1..4).rev() {
@@ -271,7 +271,7 @@ impl Augment {
 
     /// torchvision's RandomResizedCrop draw: ten tries of (area, log-uniform ratio), then the
     /// whole image's centre with the ratio clamped into range.
-    fn draw_crop(&self, rng: &mut StdRng) -> [usize; 4] {
+    fn draw_crop(&self, rng: &mut StreamRng) -> [usize; 4] {
         let (h, w) = (self.height as f64, self.width as f64);
         let area = h * w;
         let (s0, s1) = self.config.crop_scale;

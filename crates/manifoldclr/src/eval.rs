@@ -9,9 +9,9 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use rand::SeedableRng;
-use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
+use vlgo_core::StreamRng;
 use vlgo_core::layers::LayerBackend;
 
 use crate::backbone::ResNet18;
@@ -402,7 +402,7 @@ pub fn linear_probe_each<B: AutodiffBackend>(
     };
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut order: Vec<usize> = (0..train.len()).collect();
-    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut rng = StreamRng::seed_from_u64(config.seed);
     for epoch in 0..config.epochs {
         let lr = config.lr * gamma.powi(epoch as i32);
         order.shuffle(&mut rng);

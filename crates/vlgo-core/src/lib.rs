@@ -74,7 +74,7 @@ pub use operators::{
     BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, OperatorInit, TransportMethod,
     TransportPullback,
 };
-pub use rng::NoiseStreams;
+pub use rng::{NoiseStreams, StreamRng};
 pub use sparse_coding::{FistaConfig, FistaSolution, fista};
 
 pub use error::{Result, VlgoError};

@@ -271,3 +271,41 @@ fn bad_settings_are_named() {
     let e = aug.two_views(&set, &[0], 0, 0).unwrap_err();
     assert!(e.to_string().contains("1 x 28 x 28"), "{e}");
 }
+
+/// The views' random parameters and the pairs' order, pinned: a dependency update that changes
+/// the generator or its range sampling (and with them every augmented run) fails here.
+#[test]
+fn view_draws_and_pair_orders_are_pinned() {
+    let augment = Augment::new(
+        AugmentConfig::simclr(32),
+        Normalization::cifar10(),
+        3,
+        32,
+        32,
+    )
+    .unwrap();
+    assert_eq!(
+        format!("{:?}", augment.draw(1, 0, 5, 0)),
+        "ViewParams { jitter: Some(Jitter { brightness: 0.8664733, contrast: 0.79090476, \
+         saturation: 1.2193217, hue: 0.023555499, order: [2, 0, 3, 1] }), grayscale: false, \
+         crop: [3, 5, 19, 24], flip: true }"
+    );
+    assert_eq!(
+        format!("{:?}", augment.draw(1, 2, 7, 1)),
+        "ViewParams { jitter: Some(Jitter { brightness: 0.68083584, contrast: 0.8698211, \
+         saturation: 1.1411064, hue: -0.016298104, order: [1, 3, 2, 0] }), grayscale: false, \
+         crop: [10, 2, 19, 21], flip: false }"
+    );
+    let roll = vlgo_datasets::SwissRollConfig {
+        points: 200,
+        seed: 0,
+    }
+    .generate()
+    .unwrap();
+    let pairs = vlgo_datasets::NeighbourPairs::new(&roll.points, 5, 15).unwrap();
+    let batches = pairs.epoch(3, 1, 50);
+    assert_eq!(
+        batches[0][..4],
+        [(159, 137), (125, 58), (192, 132), (114, 43)]
+    );
+}

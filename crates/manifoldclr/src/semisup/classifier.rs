@@ -5,7 +5,7 @@
 use burn::module::Param;
 use burn::prelude::*;
 use rand::Rng;
-use rand::rngs::StdRng;
+use vlgo_core::StreamRng;
 use vlgo_core::layers::{LayerBackend, batched_linear};
 
 /// `splits` independent MLPs d -> hidden -> C in batched parameters.
@@ -26,7 +26,7 @@ pub struct SplitMlp<B: Backend> {
 
 /// Values U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the default initialisation of a PyTorch linear
 /// layer (weights and biases), drawn per split from that split's generator.
-pub(crate) fn linear_init(rng: &mut StdRng, fan_in: usize, count: usize) -> Vec<f32> {
+pub(crate) fn linear_init(rng: &mut StreamRng, fan_in: usize, count: usize) -> Vec<f32> {
     let bound = 1.0 / (fan_in as f32).sqrt();
     (0..count)
         .map(|_| rng.random_range(-bound..=bound))
@@ -48,7 +48,7 @@ pub(crate) fn stacked<B: Backend>(
 impl<B: LayerBackend> SplitMlp<B> {
     /// One MLP per generator in `rngs` (each split's own), PyTorch's default initialisation.
     pub fn init(
-        rngs: &mut [StdRng],
+        rngs: &mut [StreamRng],
         dims: [usize; 3],
         negative_slope: f64,
         device: &B::Device,
@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn each_split_is_its_own_mlp() {
         let device = Default::default();
-        let mut rngs = [StdRng::seed_from_u64(1), StdRng::seed_from_u64(2)];
+        let mut rngs = [StreamRng::seed_from_u64(1), StreamRng::seed_from_u64(2)];
         let mlp = SplitMlp::<B>::init(&mut rngs, [3, 5, 2], 0.01, &device);
         let x = Tensor::<B, 3>::from_floats([[[1.0, -2.0, 0.5]], [[0.25, 1.0, -1.0]]], &device);
         let out = host(mlp.forward(x.clone()));

@@ -12,7 +12,7 @@
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::activation::{relu, softmax};
-use rand::rngs::StdRng;
+use vlgo_core::StreamRng;
 
 use super::classifier::{linear_init, stacked};
 use crate::error::{ClrError, Result};
@@ -35,7 +35,7 @@ pub struct FeatMatchAttention<B: Backend> {
 }
 
 fn param4<B: Backend>(
-    rngs: &mut [StdRng],
+    rngs: &mut [StreamRng],
     [h, rows, cols]: [usize; 3],
     fan_in: usize,
     device: &B::Device,
@@ -54,7 +54,12 @@ fn param4<B: Backend>(
 impl<B: Backend> FeatMatchAttention<B> {
     /// One module per generator in `rngs`, for d-dimensional features and `heads` heads
     /// (d must be a multiple of `heads`).
-    pub fn init(rngs: &mut [StdRng], d: usize, heads: usize, device: &B::Device) -> Result<Self> {
+    pub fn init(
+        rngs: &mut [StreamRng],
+        d: usize,
+        heads: usize,
+        device: &B::Device,
+    ) -> Result<Self> {
         if heads == 0 || !d.is_multiple_of(heads) {
             return Err(ClrError::invalid(
                 "semisup.featmatch_heads",
@@ -67,7 +72,7 @@ impl<B: Backend> FeatMatchAttention<B> {
         let embed_b = param4(rngs, [heads, 1, a], d, device);
         let head_w = param4(rngs, [heads, 2 * a, a], 2 * a, device);
         let head_b = param4(rngs, [heads, 1, a], 2 * a, device);
-        let out = |rows: usize, rngs: &mut [StdRng]| {
+        let out = |rows: usize, rngs: &mut [StreamRng]| {
             let values = rngs
                 .iter_mut()
                 .map(|rng| linear_init(rng, d, rows * d))
@@ -132,7 +137,7 @@ mod tests {
     #[test]
     fn attention_keeps_the_shape_and_passes_gradient_to_every_parameter_and_input() {
         let device = Default::default();
-        let mut rngs = [StdRng::seed_from_u64(0), StdRng::seed_from_u64(1)];
+        let mut rngs = [StreamRng::seed_from_u64(0), StreamRng::seed_from_u64(1)];
         let attn = FeatMatchAttention::<AB>::init(&mut rngs, 8, 4, &device).unwrap();
         assert_eq!(attn.embed_w.dims(), [2, 4, 8, 2]);
         assert_eq!(attn.head_w.dims(), [2, 4, 4, 2]);
@@ -177,7 +182,7 @@ mod tests {
 
     #[test]
     fn heads_must_divide_the_dimension() {
-        let mut rngs = [StdRng::seed_from_u64(0)];
+        let mut rngs = [StreamRng::seed_from_u64(0)];
         let err = FeatMatchAttention::<AB>::init(&mut rngs, 10, 4, &Default::default())
             .unwrap_err()
             .to_string();

@@ -331,8 +331,8 @@ struct Trainable<B: Backend> {
 struct SplitState {
     labelled: Vec<usize>,
     unlabelled: Vec<usize>,
-    batches: rand::rngs::StdRng,
-    draws: rand::rngs::StdRng,
+    batches: vlgo_core::StreamRng,
+    draws: vlgo_core::StreamRng,
 }
 
 /// Rows `rows` of `features`, gathered into `out`.

@@ -6,9 +6,9 @@
 //! beside it.
 
 use rand::Rng;
-use rand::rngs::StdRng;
 use rand::seq::index;
 use vlgo_core::NoiseStreams;
+use vlgo_core::StreamRng;
 
 use crate::error::{ClrError, Result};
 
@@ -26,7 +26,7 @@ pub(crate) enum Purpose {
 }
 
 /// The generator of `purpose` for split `split` at `per_class` labels per class.
-pub(crate) fn stream(seed: u64, per_class: usize, split: u64, purpose: Purpose) -> StdRng {
+pub(crate) fn stream(seed: u64, per_class: usize, split: u64, purpose: Purpose) -> StreamRng {
     let key = ((per_class as u64) << 40) ^ split;
     NoiseStreams::new(seed).generator(key, purpose as u64)
 }
@@ -107,7 +107,7 @@ pub(crate) fn unlabelled_rows(rows: usize, labelled: &[usize]) -> Vec<usize> {
 }
 
 /// `count` distinct entries of `pool`, uniformly (a random batch without replacement).
-pub(crate) fn batch(rng: &mut StdRng, pool: &[usize], count: usize) -> Vec<usize> {
+pub(crate) fn batch(rng: &mut StreamRng, pool: &[usize], count: usize) -> Vec<usize> {
     index::sample(rng, pool.len(), count)
         .into_iter()
         .map(|i| pool[i])
@@ -115,7 +115,7 @@ pub(crate) fn batch(rng: &mut StdRng, pool: &[usize], count: usize) -> Vec<usize
 }
 
 /// `count` draws of U(0, 1).
-pub(crate) fn uniform(rng: &mut StdRng, count: usize) -> Vec<f32> {
+pub(crate) fn uniform(rng: &mut StreamRng, count: usize) -> Vec<f32> {
     (0..count).map(|_| rng.random::<f32>()).collect()
 }
 

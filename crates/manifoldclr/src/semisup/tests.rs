@@ -5,7 +5,7 @@ use vlgo_nn::{Vlgo, VlgoConfig};
 
 /// Three classes in 6 dimensions, centred at ±e_k with noise from a fixed generator.
 fn features(n: usize, seed: u64) -> Features {
-    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+    let mut rng = <vlgo_core::StreamRng as rand::SeedableRng>::seed_from_u64(seed);
     let labels: Vec<u16> = (0..n).map(|i| (i % 3) as u16).collect();
     let values = labels
         .iter()

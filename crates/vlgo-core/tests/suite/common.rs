@@ -3,7 +3,8 @@
 use burn::prelude::*;
 use burn::tensor::DType;
 use nalgebra::DMatrix;
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::{Rng, SeedableRng};
+use vlgo_core::StreamRng;
 pub use vlgo_core::testing::{
     TestAutodiffBackend as AD, TestBackend as B, rel_frobenius_host, supports_f64, to_f64,
 };
@@ -50,7 +51,7 @@ pub fn f32_bar(a: &[f64], n: usize) -> f64 {
 }
 
 /// Dense Gaussian matrix scaled to a given 1-norm.
-pub fn random_matrix(rng: &mut StdRng, n: usize, norm1: f64) -> Vec<f64> {
+pub fn random_matrix(rng: &mut StreamRng, n: usize, norm1: f64) -> Vec<f64> {
     let mut a: Vec<f64> = (0..n * n).map(|_| gaussian(rng)).collect();
     let current = one_norm(&a, n);
     for x in &mut a {
@@ -65,19 +66,19 @@ pub fn one_norm(a: &[f64], n: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
-pub fn gaussian(rng: &mut StdRng) -> f64 {
+pub fn gaussian(rng: &mut StreamRng) -> f64 {
     // Box-Muller: rand_distr is not a dependency of this crate.
     let u1: f64 = rng.random::<f64>().max(1e-300);
     let u2: f64 = rng.random::<f64>();
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
-pub fn rng(seed: u64) -> StdRng {
-    StdRng::seed_from_u64(seed)
+pub fn rng(seed: u64) -> StreamRng {
+    StreamRng::seed_from_u64(seed)
 }
 
 /// A random orthogonal matrix (QR of a Gaussian matrix).
-pub fn random_orthogonal(rng: &mut StdRng, n: usize) -> DMatrix<f64> {
+pub fn random_orthogonal(rng: &mut StreamRng, n: usize) -> DMatrix<f64> {
     let g = DMatrix::from_fn(n, n, |_, _| gaussian(rng));
     g.qr().q()
 }

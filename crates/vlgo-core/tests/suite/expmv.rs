@@ -6,7 +6,7 @@ use vlgo_core::{ExpmvConfig, expmv_with};
 
 use crate::common::*;
 
-fn vectors(r: &mut rand::rngs::StdRng, count: usize, n: usize) -> Vec<f64> {
+fn vectors(r: &mut vlgo_core::StreamRng, count: usize, n: usize) -> Vec<f64> {
     (0..count * n).map(|_| gaussian(r)).collect()
 }
 

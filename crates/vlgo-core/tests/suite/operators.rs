@@ -10,7 +10,7 @@ use vlgo_core::{
 
 use crate::common::*;
 
-fn features<BK: Backend>(r: &mut rand::rngs::StdRng, n: usize, d: usize) -> Tensor<BK, 2> {
+fn features<BK: Backend>(r: &mut vlgo_core::StreamRng, n: usize, d: usize) -> Tensor<BK, 2> {
     let data: Vec<f64> = (0..n * d).map(|_| gaussian(r)).collect();
     Tensor::<BK, 1>::from_data(
         TensorData::new(data, [n * d]),
