@@ -109,8 +109,8 @@ fn bad_arguments_are_clear_errors() {
 
 #[test]
 fn the_backend_is_chosen_at_run_time_and_recorded() {
-    let root = std::env::temp_dir().join(format!("vlgo-cli-backend-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path().to_path_buf();
     let run = |dir: &str, flag: Option<&str>, env: Option<&str>| -> Value {
         let out = root.join(dir);
         let mut command = Command::new(env!("CARGO_BIN_EXE_vlgo"));
@@ -146,7 +146,6 @@ fn the_backend_is_chosen_at_run_time_and_recorded() {
     let flagged = run("flag", Some("ndarray"), Some("nonsense"));
     assert!(backend(&flagged).contains("ndarray"));
     assert_eq!(flagged["device"], "Cpu");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 fn summary_figures(dir: &Path) -> Value {
@@ -189,8 +188,8 @@ fn short_run(out: &Path, seed: &str) -> Output {
 
 #[test]
 fn a_short_swiss_roll_run_writes_its_folder_and_learns() {
-    let root = std::env::temp_dir().join(format!("vlgo-cli-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path().to_path_buf();
     let (first, second) = (root.join("a"), root.join("b"));
     let out = short_run(&first, "3");
     assert!(
@@ -290,13 +289,12 @@ fn a_short_swiss_roll_run_writes_its_folder_and_learns() {
         ],
         &["--out", "never overwrites"],
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn swiss_roll_regime_settings_reach_the_run_and_its_diagnostics() {
-    let root = std::env::temp_dir().join(format!("vlgo-cli-regime-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path().to_path_buf();
     let out = vlgo(&[
         "swiss-roll",
         "--points",
@@ -383,7 +381,6 @@ fn swiss_roll_regime_settings_reach_the_run_and_its_diagnostics() {
         &["swiss-roll", "--set", "data_scale=wide"],
         &["data_scale", "wide"],
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 fn grid_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
@@ -416,8 +413,8 @@ fn grid_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn swiss_roll_grid_trains_each_method_once_resumes_and_writes_its_study() {
-    let root = std::env::temp_dir().join(format!("vlgo-cli-grid-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path().to_path_buf();
     let out_arg = root.to_str().unwrap();
     // Bad axes are named before anything is written.
     rejected(
@@ -520,7 +517,6 @@ fn swiss_roll_grid_trains_each_method_once_resumes_and_writes_its_study() {
         std::fs::read(folder("5e-3:0.01", "noise").join("summary.json")).unwrap(),
         kept
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 const TINY_CONFIG: &str = r#"
@@ -585,8 +581,8 @@ fn fixture(dir: &Path) -> (String, String) {
 #[cfg(feature = "wgpu")]
 #[test]
 fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
-    let dir = std::env::temp_dir().join(format!("vlgo-cli-across-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let (config, data) = fixture(&dir);
     let ok = |out: Output| {
         assert!(
@@ -673,13 +669,12 @@ fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
     ok(vlgo(&["--backend", "wgpu", "knn", "--run", &run]));
     let summary: Value = serde_json::from_str(&read("simclr-mlp-across", "summary.json")).unwrap();
     assert!(summary["knn"]["top1"].as_f64().is_some());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
-    let dir = std::env::temp_dir().join(format!("vlgo-cli-pretrain-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let (config, data) = fixture(&dir);
     let run = dir.join("run");
     let run_s = run.display().to_string();
@@ -838,13 +833,12 @@ fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
     let stored: toml::Table =
         toml::from_str(&std::fs::read_to_string(run.join("config.toml")).unwrap()).unwrap();
     assert_eq!(stored["pretrain"]["epochs"].as_integer(), Some(3));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
-    let dir = std::env::temp_dir().join(format!("vlgo-cli-manifold-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let (config, data) = fixture(&dir);
     let run = dir.join("run");
     let run_s = run.display().to_string();
@@ -987,7 +981,6 @@ fn manifoldclr_pretrains_end_to_end_and_logs_its_terms() {
         "largest first: {norms:?}"
     );
     semisup_on_the_run(&run);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `vlgo semisup` on a trained ManifoldCLR fixture run: every method, the outputs, resuming
@@ -1258,8 +1251,8 @@ fn diagnostic_helpers_compute_what_they_say() {
 #[test]
 fn stl10_pretrains_on_labeled_and_unlabeled_images() {
     use vlgo_datasets::fixtures::{synthetic, write_stl10};
-    let dir = std::env::temp_dir().join(format!("vlgo-cli-stl10-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let data = dir.join("stl10_binary");
     let unlabeled = synthetic(3, 96, 96, 10, 10, 7).pixels;
     write_stl10(
@@ -1308,13 +1301,12 @@ fn stl10_pretrains_on_labeled_and_unlabeled_images() {
     let text = std::fs::read_to_string(dir.join("all/summary.json")).unwrap();
     let summary: Value = serde_json::from_str(&text).unwrap();
     assert!(summary.pointer("/linear_probe/top1").is_some());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_truncated_data_file_is_named_by_pretrain() {
-    let dir = std::env::temp_dir().join(format!("vlgo-cli-truncated-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let (config, data) = fixture(&dir);
     let images = Path::new(&data).join("train-images-idx3-ubyte.gz");
     let bytes = std::fs::read(&images).unwrap();
@@ -1346,7 +1338,6 @@ fn a_truncated_data_file_is_named_by_pretrain() {
         &["simclr-mlp"],
     );
     rejected(&["pretrain"], &["--config"]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -1486,8 +1477,8 @@ fn summary_figures_of(run: &Path) -> Value {
 /// the same data, which shows the check can fail.
 #[test]
 fn manifoldclr_mlp_features_do_not_collapse_with_the_shipped_settings() {
-    let dir = std::env::temp_dir().join(format!("vlgo-cli-collapse-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let (base, data) = collapse_fixture(&dir);
     let shipped = vlgo::pretrain::ImageRunConfig::load(
         &Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1553,13 +1544,12 @@ fn manifoldclr_mlp_features_do_not_collapse_with_the_shipped_settings() {
         p < 0.6,
         "the paper's form no longer collapses here ({p:.2}): re-tune the fixture"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn sweep_runs_a_grid_resumes_and_writes_its_table_and_plots() {
-    let dir = std::env::temp_dir().join(format!("vlgo-cli-sweep-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let (config, data) = fixture(&dir);
     let out = dir.join("sweep");
     let args = |extra: &[&str]| {
@@ -1687,7 +1677,6 @@ fn sweep_runs_a_grid_resumes_and_writes_its_table_and_plots() {
         }
         assert!(!fresh.exists(), "{grid}: a run started");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

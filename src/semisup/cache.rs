@@ -100,7 +100,8 @@ mod tests {
 
     #[test]
     fn features_round_trip_and_damage_is_named() {
-        let dir = std::env::temp_dir().join(format!("vlgo-cache-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().to_path_buf();
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("features.bin");
         let train = Features::new(vec![1.0, -2.0, 3.5, 0.25], 2, vec![0, 1]).unwrap();

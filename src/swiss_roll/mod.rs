@@ -11,7 +11,6 @@ mod train;
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use vlgo_core::{ExpmBackend, LieOperators, OperatorForm};
@@ -62,7 +61,7 @@ where
     folder.write_json("summary.json", &summary)?;
     report::plot_curves(&folder.plots_dir()?, &runs)?;
     if let Some(run) = path_model(&runs) {
-        let operators = host_operators::<B::InnerBackend>(run, config.num_operators, device);
+        let operators = host_operators::<B::InnerBackend>(run, config.num_operators, device)?;
         report::plot_paths(
             &folder.plots_dir()?.join("paths.png"),
             run,
@@ -104,13 +103,13 @@ fn path_model(runs: &[MethodRun]) -> Option<&MethodRun> {
     runs.iter().max_by_key(samples)
 }
 
-fn host_operators<B: Backend>(run: &MethodRun, m: usize, device: &B::Device) -> LieOperators<B> {
+fn host_operators<B: Backend>(
+    run: &MethodRun,
+    m: usize,
+    device: &B::Device,
+) -> Result<LieOperators<B>> {
     let psi = Tensor::<B, 1>::from_floats(run.psi.as_slice(), device).reshape([m, 1, 3, 3]);
-    LieOperators {
-        psi: Param::from_tensor(psi),
-        form: OperatorForm::Dense,
-        dim: 3,
-    }
+    Ok(LieOperators::from_generators(psi, OperatorForm::Dense, 3)?)
 }
 
 /// A run folder under `runs/` that does not exist yet: `runs/swiss-roll[-full]-seed<N>`, with

@@ -211,7 +211,7 @@ pub(super) fn plot_paths<B: ExpmBackend>(
     const STARTS: usize = 8;
     let largest = run.operator_norms.iter().cloned().fold(0.0, f64::max);
     let m = run.operator_norms.len();
-    let device = operators.psi.device();
+    let device = operators.psi().device();
     let starts: Vec<[f32; 3]> = (0..STARTS).map(|i| roll[i * roll.len() / STARTS]).collect();
     let grid: Vec<f64> = (0..GRID)
         .map(|g| extent * (2.0 * g as f64 / (GRID - 1) as f64 - 1.0))

@@ -302,7 +302,7 @@ where
     }
     let operators = trainer.operators();
     let psi = operators
-        .psi
+        .psi()
         .val()
         .into_data()
         .convert::<f32>()

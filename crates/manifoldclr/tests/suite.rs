@@ -519,11 +519,8 @@ fn resume_continues_exactly_as_an_uninterrupted_run() {
 
 fn resume_matches_straight_run(method: Method) {
     let device = Default::default();
-    let dir = std::env::temp_dir().join(format!(
-        "manifoldclr-resume-{}-{method}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let (straight_dir, cut_dir) = (dir.join("straight"), dir.join("cut"));
 
     // Both runs start from one saved initial state: the backend's generator is shared by the
@@ -559,7 +556,6 @@ fn resume_matches_straight_run(method: Method) {
     assert_eq!(params(&resumed.model), params(&straight.model));
     // And training moved the parameters.
     assert_ne!(initial, params(&straight.model));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -586,8 +582,8 @@ fn a_diverging_loss_stops_with_an_error_and_keeps_the_last_checkpoint() {
         }
     }
     let device = Default::default();
-    let dir = std::env::temp_dir().join(format!("manifoldclr-nan-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
     let mut run = manifoldclr::Pretrainer::<AD>::new(tiny_run(), &device).unwrap();
     let e = run
         .run(&Poison, &dir, &mut StopAfter(None), &device)
@@ -597,7 +593,6 @@ fn a_diverging_loss_stops_with_an_error_and_keeps_the_last_checkpoint() {
     assert!(msg.contains("NaN"), "{msg}");
     let kept = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &dir, &device).unwrap();
     assert_eq!(kept.state.epochs_done, 1);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The summed |gradient| of every parameter of `module` (0 when none has a gradient).

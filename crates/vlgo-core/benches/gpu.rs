@@ -262,7 +262,7 @@ fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B
     // (the tensors those would take: batch x blocks x block^2 f32).
     let problems = batch * d / block;
     let v = z0.reshape([problems, block]);
-    let psi = operators.psi.val();
+    let psi = operators.psi().val();
     let cfg = ExpmvConfig::default();
     let sync = || B::sync(&device).expect("the device finishes its queue");
     let dense = Tensor::<B, 2>::random([batch, m], Distribution::Normal(0.0, 0.05), &device);

@@ -217,21 +217,81 @@ fn stable_blocks(data: &mut [f32], b: usize, config: &LieOperatorsConfig, rng: &
     }
 }
 
-/// A dictionary of M Lie algebra generators in block form, `psi` [M, S, b, b].
+/// A dictionary of M Lie algebra generators in block form, `psi` [M, S, b, b]. Built by
+/// [`LieOperatorsConfig::init`] or, from given generators, by [`LieOperators::from_generators`];
+/// both check that the generators' shape fits the form and the feature dimension, which the
+/// fields are private to keep.
 #[derive(Module, Debug)]
 pub struct LieOperators<B: Backend> {
     /// The generators Psi [M, S, b, b]. Not normalised: its F-norm penalty is weight decay on this
     /// parameter (or an explicit term where an experiment asks for it).
-    pub psi: Param<Tensor<B, 4>>,
+    psi: Param<Tensor<B, 4>>,
     /// How the generators act on features.
     #[module(skip)]
-    pub form: OperatorForm,
+    form: OperatorForm,
     /// Feature dimension d.
     #[module(skip)]
-    pub dim: usize,
+    dim: usize,
 }
 
 impl<B: Backend> LieOperators<B> {
+    /// A dictionary of the given generators `psi` [M, S, b, b] acting on `dim`-dimensional
+    /// features in `form`; an error when the shape does not fit (S and b as
+    /// [`LieOperatorsConfig::validate`] derives them from the form and `dim`).
+    ///
+    /// ```
+    /// use burn::backend::NdArray;
+    /// use burn::prelude::*;
+    /// use vlgo_core::{LieOperators, OperatorForm};
+    ///
+    /// let device = Default::default();
+    /// // One rotation generator of the plane.
+    /// let psi = Tensor::<NdArray, 4>::from_data([[[[0.0, -1.0], [1.0, 0.0]]]], &device);
+    /// let ops = LieOperators::from_generators(psi.clone(), OperatorForm::Dense, 2).unwrap();
+    /// assert_eq!((ops.num_operators(), ops.dim()), (1, 2));
+    /// assert!(LieOperators::from_generators(psi, OperatorForm::Dense, 3).is_err());
+    /// ```
+    pub fn from_generators(psi: Tensor<B, 4>, form: OperatorForm, dim: usize) -> VlgoResult<Self> {
+        let [m, s, b, b2] = psi.dims();
+        let layout = LieOperatorsConfig::new(m.max(1), dim)
+            .with_form(form)
+            .validate()?;
+        let want = [
+            m.max(1),
+            layout.blocks,
+            layout.block_size,
+            layout.block_size,
+        ];
+        if [m, s, b, b2] != want {
+            return Err(VlgoError::Shape {
+                op: "LieOperators::from_generators",
+                expected: format!("generators {want:?} for {form:?} on d = {dim}"),
+                got: vec![m, s, b, b2],
+            });
+        }
+        Ok(Self {
+            psi: Param::from_tensor(psi),
+            form,
+            dim,
+        })
+    }
+
+    /// The generators Psi [M, S, b, b], a trainable parameter (`psi().grad(&grads)` is their
+    /// gradient).
+    pub fn psi(&self) -> &Param<Tensor<B, 4>> {
+        &self.psi
+    }
+
+    /// How the generators act on features.
+    pub fn form(&self) -> OperatorForm {
+        self.form
+    }
+
+    /// The feature dimension d.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
     /// Number of generators M.
     pub fn num_operators(&self) -> usize {
         self.psi.dims()[0]

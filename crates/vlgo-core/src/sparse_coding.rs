@@ -149,7 +149,7 @@ pub fn fista<B: ExpmBackend>(
     config: &FistaConfig,
 ) -> VlgoResult<FistaSolution<B>> {
     config.validate()?;
-    if z0.dims() != z1.dims() || z0.dims()[1] != operators.dim {
+    if z0.dims() != z1.dims() || z0.dims()[1] != operators.dim() {
         return Err(VlgoError::ShapeMismatch {
             op: "fista",
             what: "z0 and z1 must both be [N, d] with d the operators' dimension",

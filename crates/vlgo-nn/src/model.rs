@@ -277,7 +277,7 @@ impl<B: ExpmBackend> Vlgo<B> {
     /// let step = model.step(z0.clone(), z0, &NoiseStreams::new(0), 0).unwrap();
     /// let grads = step.loss.backward();
     /// // The generators learn from the step: a gradient, and not a zero one.
-    /// let g = model.operators.psi.grad(&grads).unwrap();
+    /// let g = model.operators.psi().grad(&grads).unwrap();
     /// assert!(g.abs().sum().into_scalar() > 0.0);
     /// ```
     pub fn step(

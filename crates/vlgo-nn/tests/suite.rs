@@ -88,7 +88,7 @@ fn the_step_trains_operators_encoder_and_prior_and_is_reproducible() {
             + 1e-2 * step.kl.clone().into_scalar().to_f64();
         assert!((loss - parts).abs() <= 1e-5 * loss.abs().max(1.0));
         let grads = step.loss.backward();
-        let psi = grad_norm(&model.operators.psi.val(), &grads).unwrap_or(0.0);
+        let psi = grad_norm(&model.operators.psi().val(), &grads).unwrap_or(0.0);
         assert!(
             psi.is_finite() && psi > 0.0,
             "the operators' gradient: {psi}"

@@ -4,10 +4,11 @@ mod augment;
 mod readers;
 mod synthetic;
 
-/// A fresh, empty folder for one test.
-pub fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("vlgo-datasets-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh, empty folder for one test, removed when the returned guard drops (also when the
+/// test fails).
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("vlgo-datasets-{name}-"))
+        .tempdir()
+        .unwrap()
 }

@@ -37,7 +37,8 @@ fn gzip(path: &Path, bytes: &[u8]) {
 
 #[test]
 fn idx_reads_any_size_from_the_headers() {
-    let dir = scratch("idx");
+    let temp = scratch("idx");
+    let dir = temp.path().to_path_buf();
     // An unusual size: 7 train and 3 test images of 5 x 3, 4 classes.
     let mut train = synthetic(1, 5, 3, 4, 7, 1);
     let mut test = synthetic(1, 5, 3, 4, 3, 2);
@@ -58,7 +59,8 @@ fn idx_reads_any_size_from_the_headers() {
 
 #[test]
 fn idx_bad_input_names_the_file_and_the_mismatch() {
-    let dir = scratch("idx-bad");
+    let temp = scratch("idx-bad");
+    let dir = temp.path().to_path_buf();
     let train = synthetic(1, 4, 4, 3, 6, 1);
     let test = synthetic(1, 4, 4, 3, 2, 2);
     let classes = ["a", "b", "c"];
@@ -132,7 +134,8 @@ fn idx_bad_input_names_the_file_and_the_mismatch() {
 
 #[test]
 fn cifar10_reads_its_records_and_rejects_bad_files() {
-    let dir = scratch("cifar");
+    let temp = scratch("cifar");
+    let dir = temp.path().to_path_buf();
     let train = synthetic(3, 32, 32, 10, 23, 1);
     let test = synthetic(3, 32, 32, 10, 6, 2);
     fixtures::write_cifar10(&dir, &train, &test).unwrap();
@@ -181,7 +184,8 @@ fn cifar10_reads_its_records_and_rejects_bad_files() {
 
 #[test]
 fn stl10_transposes_column_major_planes_and_streams_the_unlabeled_file() {
-    let dir = scratch("stl");
+    let temp = scratch("stl");
+    let dir = temp.path().to_path_buf();
     let train = synthetic(3, 96, 96, 10, 4, 1);
     let test = synthetic(3, 96, 96, 10, 3, 2);
     let unlabeled = synthetic(3, 96, 96, 10, 5, 3).pixels;
@@ -216,7 +220,8 @@ fn stl10_transposes_column_major_planes_and_streams_the_unlabeled_file() {
 
 #[test]
 fn stl10_bad_input_names_the_file() {
-    let dir = scratch("stl-bad");
+    let temp = scratch("stl-bad");
+    let dir = temp.path().to_path_buf();
     let train = synthetic(3, 96, 96, 10, 3, 1);
     let test = synthetic(3, 96, 96, 10, 2, 2);
     let fresh = || fixtures::write_stl10(&dir, &train, &test, &[0; 27648], &[]).unwrap();
@@ -260,7 +265,8 @@ fn stl10_bad_input_names_the_file() {
 
 #[test]
 fn tiny_imagenet_decodes_jpegs_in_wnid_order_and_converts_grayscale() {
-    let dir = scratch("tin");
+    let temp = scratch("tin");
+    let dir = temp.path().to_path_buf();
     let mut train = synthetic(3, 64, 64, 3, 7, 1);
     // Image 4 grayscale: the writer stores it as a one-channel JPEG.
     let (plane, size) = (64 * 64, 3 * 64 * 64);
@@ -303,7 +309,8 @@ fn mean_abs_diff(a: &[u8], b: &[u8]) -> f64 {
 
 #[test]
 fn tiny_imagenet_bad_input_names_the_file() {
-    let dir = scratch("tin-bad");
+    let temp = scratch("tin-bad");
+    let dir = temp.path().to_path_buf();
     let train = synthetic(3, 64, 64, 2, 2, 1);
     let val = synthetic(3, 64, 64, 2, 2, 2);
     let fresh = || {

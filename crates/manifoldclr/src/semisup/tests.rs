@@ -149,7 +149,7 @@ fn the_vlgo_augmentation_is_t_of_c_times_z_on_the_operators_features() {
     );
     let c = Tensor::<B, 2>::from_floats([[0.3, -0.2, 0.5], [1.0, 0.0, -0.4]], &device);
     let moved = host(prior.apply(c.clone(), z.clone()).unwrap());
-    let psi = model.operators.psi.val().reshape([3, 16]);
+    let psi = model.operators.psi().val().reshape([3, 16]);
     let a = c.matmul(psi).reshape([2, 4, 4]);
     let t = host(expm(a));
     let zs = host(z);

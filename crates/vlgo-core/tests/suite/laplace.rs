@@ -300,7 +300,7 @@ fn best_of_j_returns_the_per_datum_argmin_and_only_the_winner_has_gradient() {
     let g2 = alone.sum().backward();
     assert_eq!(gl_best, to_f64(ls.grad(&g2).unwrap()));
     assert!(
-        ops.psi.grad(&g).is_none(),
+        ops.psi().grad(&g).is_none(),
         "candidates do not enter the graph"
     );
 }

@@ -29,7 +29,7 @@ fn transport_of_the_initialisation_has_its_closed_form() {
         .with_seed(5)
         .init::<B>(&device)
         .unwrap();
-    let psi = to_f64(ops.psi.val());
+    let psi = to_f64(ops.psi().val());
     let z = features::<B>(&mut r, 2, d);
     let c = Tensor::<B, 2>::from_data([[0.7, 0.0, 0.0], [0.0, 0.0, -1.3]], &device);
     for method in [
@@ -74,10 +74,8 @@ fn block_diagonal_equals_the_dense_block_matrix_and_direct_leaves_the_tail() {
         .unwrap();
     // Perturb the generators so blocks differ from the initialisation form.
     let noise = features::<B>(&mut r, m * 3 * b, b).reshape([m, 3, b, b]) * 0.3;
-    let ops = vlgo_core::LieOperators {
-        psi: burn::module::Param::from_tensor(ops.psi.val() + noise),
-        ..ops
-    };
+    let ops =
+        vlgo_core::LieOperators::from_generators(ops.psi().val() + noise, ops.form(), d).unwrap();
     let c = features::<B>(&mut r, 4, m);
     let z = features::<B>(&mut r, 4, d);
     let moved = to_f64(ops.transport(c.clone(), z.clone()).unwrap());
@@ -127,7 +125,7 @@ fn gradients_reach_coefficients_and_generators_through_transport() {
         let g = loss.backward();
         (
             to_f64(c.grad(&g).unwrap()),
-            to_f64(ops.psi.grad(&g).unwrap()),
+            to_f64(ops.psi().grad(&g).unwrap()),
             to_f64(z.grad(&g).unwrap()),
         )
     };
@@ -177,7 +175,7 @@ fn metrics_norms_usage_and_eigenvalues() {
         .init::<B>(&device)
         .unwrap();
     let norms = to_f64(ops.generator_norms());
-    let psi = to_f64(ops.psi.val());
+    let psi = to_f64(ops.psi().val());
     for (mi, nv) in norms.iter().enumerate() {
         let want: f64 = psi[mi * 8..(mi + 1) * 8]
             .iter()

@@ -1,6 +1,5 @@
 //! FISTA against problems with a closed-form optimum.
 
-use burn::module::Param;
 use burn::prelude::*;
 use vlgo_core::{FistaConfig, LieOperators, OperatorForm, fista};
 
@@ -13,11 +12,7 @@ use crate::common::{B, to_f64};
 fn fista_reaches_the_closed_form_optimum_of_a_one_operator_problem() {
     let device = Default::default();
     let psi = Tensor::<B, 1>::from_floats([0.0, -1.0, 1.0, 0.0], &device).reshape([1, 1, 2, 2]);
-    let ops = LieOperators {
-        psi: Param::from_tensor(psi),
-        form: OperatorForm::Dense,
-        dim: 2,
-    };
+    let ops = LieOperators::from_generators(psi, OperatorForm::Dense, 2).unwrap();
     let l1 = 0.6;
     let cases = [(1.0, 0.8), (1.5, -0.5), (2.0, 1.2), (1.0, 0.2), (1.2, -0.1)];
     let mut z0 = Vec::new();
