@@ -414,7 +414,8 @@ fn grid_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn swiss_roll_grid_trains_each_method_once_resumes_and_writes_its_study() {
     let temp = tempfile::tempdir().unwrap();
-    let root = temp.path().to_path_buf();
+    // A folder the grid must create itself (and must not, when refused).
+    let root = temp.path().join("study");
     let out_arg = root.to_str().unwrap();
     // Bad axes are named before anything is written.
     rejected(

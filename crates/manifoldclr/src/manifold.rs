@@ -32,8 +32,9 @@ const MIXUP_STREAM: u64 = (1 << 40) + 1;
 pub struct ManifoldConfig {
     /// Generators M.
     pub num_operators: usize,
-    /// Block size b: block-diagonal generators of b x b blocks (b must divide the features d);
-    /// `manifold-directclr` uses one dense b x b generator on the first `direct_dims` features.
+    /// Block size b: block-diagonal generators of b x b blocks (b must divide the features d).
+    /// Not used by `manifold-directclr`, whose generators are dense `direct_dims` x
+    /// `direct_dims` matrices on the first `direct_dims` features.
     pub block_size: usize,
     /// Width F of the encoder and prior networks.
     pub network_width: usize,

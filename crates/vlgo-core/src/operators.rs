@@ -26,8 +26,9 @@ pub enum OperatorForm {
     /// blockdiag(Psi[m, 0], .., Psi[m, S-1]) with S = d / b blocks of b x b; one coefficient per
     /// generator, shared by all blocks.
     BlockDiagonal(usize),
-    /// A dense b x b generator acting on the first b features only (ManifoldDirectCLR); the rest
-    /// pass through unchanged.
+    /// A dense b x b generator acting on the first b features only; the rest pass through
+    /// unchanged. (ManifoldDirectCLR does not need it: it slices its first `direct_dims`
+    /// features before the operators see them, and uses [`Dense`](Self::Dense) on those.)
     Direct(usize),
 }
 
@@ -253,8 +254,11 @@ impl<B: Backend> LieOperators<B> {
     /// ```
     pub fn from_generators(psi: Tensor<B, 4>, form: OperatorForm, dim: usize) -> VlgoResult<Self> {
         let [m, s, b, b2] = psi.dims();
+        // The layout only: the stable initialisation's even block size does not apply to given
+        // generators.
         let layout = LieOperatorsConfig::new(m.max(1), dim)
             .with_form(form)
+            .with_init(OperatorInit::Normal { std: 1.0 })
             .validate()?;
         let want = [
             m.max(1),
