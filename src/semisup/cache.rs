@@ -67,7 +67,11 @@ pub fn read(path: &Path, steps: u64) -> Result<Option<(Features, Features)>> {
         u64_at(28) as usize,
         u64_at(36) as usize,
     );
-    let want = HEADER + (n_train + n_test) * (4 * dim + 2);
+    // Checked: a damaged header's counts must be an error, not an overflow.
+    let want = (n_train.checked_add(n_test))
+        .and_then(|rows| rows.checked_mul(dim.checked_mul(4)?.checked_add(2)?))
+        .and_then(|body| body.checked_add(HEADER))
+        .unwrap_or(usize::MAX);
     if bytes.len() != want {
         return Err(bad(format!(
             "{want} bytes for {n_train} + {n_test} rows of {dim}, found {} (delete it to \
@@ -102,7 +106,6 @@ mod tests {
     fn features_round_trip_and_damage_is_named() {
         let temp = tempfile::tempdir().unwrap();
         let dir = temp.path().to_path_buf();
-        fs::create_dir_all(&dir).unwrap();
         let path = dir.join("features.bin");
         let train = Features::new(vec![1.0, -2.0, 3.5, 0.25], 2, vec![0, 1]).unwrap();
         let test = Features::new(vec![7.0, 8.0], 2, vec![1]).unwrap();
@@ -114,6 +117,12 @@ mod tests {
         fs::write(&path, &bytes).unwrap();
         let err = read(&path, 42).unwrap_err().to_string();
         assert!(err.contains("found") && err.contains("bytes"), "{err}");
+        // A header whose counts overflow: named, not a panic.
+        let mut huge = fs::read(&path).unwrap();
+        huge[36..44].copy_from_slice(&u64::MAX.to_le_bytes());
+        fs::write(&path, &huge).unwrap();
+        let err = read(&path, 42).unwrap_err().to_string();
+        assert!(err.contains("found") && err.contains("bytes"), "{err}");
         fs::write(&path, b"not a cache").unwrap();
         assert!(
             read(&path, 42)
@@ -122,6 +131,5 @@ mod tests {
                 .contains("VLGOFEAT")
         );
         assert_eq!(read(&dir.join("absent.bin"), 0).unwrap(), None);
-        fs::remove_dir_all(&dir).unwrap();
     }
 }
