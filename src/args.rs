@@ -3,6 +3,10 @@
 //! Parsing also resolves and validates every setting, so that a bad value is reported (exit
 //! status 2) before any work starts.
 
+// The argument structs' doc comments are the commands' help text, written for a terminal
+// (`seed<N>`, `[probe]`), not as rustdoc markup.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
