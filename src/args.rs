@@ -308,11 +308,7 @@ fn with_default_command(args: &[String]) -> Vec<OsString> {
 }
 
 fn resolve(cmd: Cmd) -> Result<Command> {
-    let diagnose = |run: RunArgs, name: &str| -> Result<Command> {
-        let what = Diagnostic::parse(name)
-            .ok_or_else(|| CliError::invalid("diagnostic", name, "a known one"))?;
-        Ok(Command::Diagnose { run: run.run, what })
-    };
+    let diagnose = |run: RunArgs, what: Diagnostic| Ok(Command::Diagnose { run: run.run, what });
     match cmd {
         Cmd::SwissRoll(a) => swiss_roll(a),
         Cmd::Pretrain(a) => pretrain(a),
@@ -324,10 +320,10 @@ fn resolve(cmd: Cmd) -> Result<Command> {
             run: a.run,
             probe: false,
         }),
-        Cmd::Identity(a) => diagnose(a, "identity"),
-        Cmd::Coefficients(a) => diagnose(a, "coefficients"),
-        Cmd::Neighbours(a) => diagnose(a, "neighbours"),
-        Cmd::Paths(a) => diagnose(a, "paths"),
+        Cmd::Identity(a) => diagnose(a, Diagnostic::Identity),
+        Cmd::Coefficients(a) => diagnose(a, Diagnostic::Coefficients),
+        Cmd::Neighbours(a) => diagnose(a, Diagnostic::Neighbours),
+        Cmd::Paths(a) => diagnose(a, Diagnostic::Paths),
         Cmd::Compare(a) => Ok(Command::Compare { runs: a.runs }),
         Cmd::Sweep(a) => sweep(a),
         Cmd::Semisup(a) => semisup(a),
@@ -442,14 +438,7 @@ fn resumed_config(
             ));
         }
     }
-    let mut config = stored;
-    for s in sets {
-        config = set(&config, s)?;
-    }
-    if data_dir.is_some() {
-        config.data_dir = data_dir;
-    }
-    Ok(config)
+    overridden(stored, sets, data_dir)
 }
 
 fn sweep(a: SweepArgs) -> Result<Command> {
@@ -531,12 +520,21 @@ fn image_config(
     data_dir: Option<PathBuf>,
 ) -> Result<(PathBuf, ImageRunConfig)> {
     let path = path.ok_or_else(|| CliError::invalid("--config", "nothing", what))?;
-    let mut config = ImageRunConfig::load(&path)?;
+    let config = overridden(ImageRunConfig::load(&path)?, sets, data_dir)?;
+    Ok((path, config))
+}
+
+/// `config` with the `--set` overrides and `--data-dir` applied.
+fn overridden(
+    mut config: ImageRunConfig,
+    sets: &[String],
+    data_dir: Option<PathBuf>,
+) -> Result<ImageRunConfig> {
     for s in sets {
         config = set(&config, s)?;
     }
     if data_dir.is_some() {
         config.data_dir = data_dir;
     }
-    Ok((path, config))
+    Ok(config)
 }
