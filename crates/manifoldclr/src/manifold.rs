@@ -110,6 +110,11 @@ impl Default for ManifoldConfig {
     }
 }
 
+/// Burn's `Config` (JSON `save` / `load`) over the serde form above. Implemented by hand:
+/// Burn's derive drops the field attributes (`#[serde(default)]`, `skip_serializing_if`) that
+/// let a TOML run config leave settings out.
+impl burn::config::Config for ManifoldConfig {}
+
 impl ManifoldConfig {
     /// The VLGO model's settings for features of `dim` (block-diagonal) or for a direct
     /// dictionary on `dim` features (`direct`), with operators drawn from `seed`.
@@ -166,6 +171,20 @@ impl ManifoldConfig {
             ));
         }
         Ok(config)
+    }
+
+    /// Checks every setting for features of `dim` (block-diagonal, or a direct dictionary on
+    /// `dim` features with `direct`); [`ContrastiveConfig::validate`](crate::ContrastiveConfig::validate)
+    /// calls it with the backbone's features.
+    ///
+    /// ```
+    /// use manifoldclr::ManifoldConfig;
+    /// let config = ManifoldConfig { block_size: 48, ..Default::default() };
+    /// assert!(config.validate(512, false).is_err()); // 48 does not divide 512
+    /// assert!(ManifoldConfig::default().validate(512, false).is_ok());
+    /// ```
+    pub fn validate(&self, dim: usize, direct: bool) -> Result<()> {
+        self.vlgo(dim, direct, 0).map(|_| ())
     }
 
     /// lambda: 0 with ablation S3, else the configured one or the default for the head.

@@ -169,6 +169,10 @@ pub struct ContrastiveConfig {
     pub manifold: ManifoldConfig,
 }
 
+/// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand for the
+/// reason given at [`ManifoldConfig`]'s.
+impl burn::config::Config for ContrastiveConfig {}
+
 impl ContrastiveConfig {
     /// The protocol's settings for `method`: ResNet-18 at width 64, head 1024 -> 128, tau 0.5,
     /// DirectCLR on 64 features.

@@ -145,7 +145,7 @@ pub fn best_of_j_with<B: ExpmBackend>(
         let err = err.reshape([n]);
         let u = u
             .reshape([k, n, m])
-            .gather(0, idx.clone().reshape([1, n, 1]).expand([1, n, m]))
+            .gather(0, idx.clone().reshape([1, n, 1]).repeat_dim(2, m))
             .reshape([n, m]);
         let idx = idx.reshape([n]).float() + first as f64;
         first += k;

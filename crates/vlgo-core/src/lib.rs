@@ -60,6 +60,7 @@ pub mod layers;
 pub mod loss;
 pub mod operators;
 pub mod rng;
+mod shipped;
 pub mod sparse_coding;
 #[doc(hidden)]
 pub mod testing;

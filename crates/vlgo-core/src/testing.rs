@@ -2,23 +2,35 @@
 //! comparisons. Not part of the stable API.
 //!
 //! The backend is `NdArray` unless a `test-*` feature names another (cargo aliases
-//! `cargo test-flex`, `cargo test-wgpu`, `cargo test-cuda`).
+//! `cargo test-flex`, `cargo test-wgpu`, `cargo test-cuda`, `cargo test-candle`). Candle is a
+//! backend the crate ships no kernel for: on it the tests check the tensor-op path that every
+//! such backend takes.
 
 use burn::prelude::*;
 
-#[cfg(feature = "test-wgpu")]
+#[cfg(feature = "test-candle")]
+/// The backend the tests run on.
+// Burn 0.21 deprecates burn-candle; it stays the pure-Rust backend without our kernels.
+#[allow(deprecated)]
+pub type TestBackend = burn_candle::Candle;
+#[cfg(all(feature = "test-wgpu", not(feature = "test-candle")))]
 /// The backend the tests run on.
 pub type TestBackend = burn::backend::Wgpu;
-#[cfg(all(feature = "test-cuda", not(feature = "test-wgpu")))]
+#[cfg(all(feature = "test-cuda", not(any(feature = "test-wgpu", feature = "test-candle"))))]
 /// The backend the tests run on.
 pub type TestBackend = burn::backend::Cuda;
 #[cfg(all(
     feature = "test-flex",
-    not(any(feature = "test-wgpu", feature = "test-cuda"))
+    not(any(feature = "test-wgpu", feature = "test-cuda", feature = "test-candle"))
 ))]
 /// The backend the tests run on.
 pub type TestBackend = burn::backend::Flex;
-#[cfg(not(any(feature = "test-flex", feature = "test-wgpu", feature = "test-cuda")))]
+#[cfg(not(any(
+    feature = "test-flex",
+    feature = "test-wgpu",
+    feature = "test-cuda",
+    feature = "test-candle"
+)))]
 /// The backend the tests run on.
 pub type TestBackend = burn::backend::NdArray;
 
@@ -27,11 +39,14 @@ pub type TestAutodiffBackend = burn::backend::Autodiff<TestBackend>;
 
 /// Whether the test backend computes in f64 throughout. Some GPUs have no f64, and Burn 0.21's
 /// fusion compiler rejects f64 ("Unsupported precision for fusion: f64") even where the device has
-/// it, so fused backends count as without.
+/// it, so fused backends count as without; so does Candle, whose `sum` of an f64 tensor on
+/// `Candle<f32>` fails ("unexpected dtype, expected: F32, got: F64").
 pub fn supports_f64() -> bool {
     let device = Default::default();
+    let name = <TestBackend as Backend>::name(&device);
     <TestBackend as Backend>::supports_dtype(&device, burn::tensor::DType::F64)
-        && !<TestBackend as Backend>::name(&device).contains("fusion")
+        && !name.contains("fusion")
+        && !name.contains("candle")
 }
 
 /// Largest absolute difference of two tensors.

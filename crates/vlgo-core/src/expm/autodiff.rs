@@ -13,14 +13,14 @@ use burn::tensor::ops::FloatTensor;
 
 use burn::tensor::backend::AutodiffBackend;
 
-use super::backend::{ExpmBackend, expmv_generated_by_ops};
+use super::backend::{ExpmKernels, expmv_generated_by_ops};
 use super::expmv::ExpmvCheckpoints;
 use super::{ExpmMethod, ExpmvConfig};
 
 #[derive(Debug)]
 struct ExpmBackward;
 
-impl<B: ExpmBackend> Backward<B, 1> for ExpmBackward {
+impl<B: ExpmKernels> Backward<B, 1> for ExpmBackward {
     /// A, the method, and the inner backend's checkpoint where it keeps one.
     type State = (FloatTensor<B>, ExpmMethod, Option<FloatTensor<B>>);
 
@@ -40,13 +40,13 @@ struct ExpmvBackward;
 
 /// What the expmv node keeps: A, v and the checkpoints of the Taylor loop.
 #[derive(Debug, Clone)]
-struct ExpmvState<B: ExpmBackend> {
+struct ExpmvState<B: ExpmKernels> {
     a: FloatTensor<B>,
     v: FloatTensor<B>,
     saved: ExpmvCheckpoints<B>,
 }
 
-impl<B: ExpmBackend> Backward<B, 2> for ExpmvBackward {
+impl<B: ExpmKernels> Backward<B, 2> for ExpmvBackward {
     type State = ExpmvState<B>;
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -65,7 +65,7 @@ impl<B: ExpmBackend> Backward<B, 2> for ExpmvBackward {
 
 // The backward methods keep their tensor-op defaults here: on `Autodiff` they are themselves
 // recorded, which is what a second-order gradient would need.
-impl<B: ExpmBackend, C: CheckpointStrategy> ExpmBackend for Autodiff<B, C> {
+impl<B: ExpmKernels, C: CheckpointStrategy> ExpmKernels for Autodiff<B, C> {
     fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self> {
         match ExpmBackward
             .prepare::<C>([a.node.clone()])

@@ -1,9 +1,10 @@
-//! The backend-extension trait that carries the exponential.
+//! The kernels of the shipped backends behind the exponential.
 //!
 //! A custom op with its own backward cannot be a blanket impl over every `Backend` (the
-//! `Autodiff` impl would overlap and Rust has no specialisation), so the trait is implemented per
-//! backend. Every method has a default built from Burn tensor ops, which runs anywhere; a backend
-//! with a fast kernel overrides the forward and backward it accelerates.
+//! `Autodiff` impl would overlap and Rust has no specialisation), so this trait is implemented per
+//! shipped backend, and [`ExpmBackend`](super::ExpmBackend) routes to it at run time. Every
+//! method has a default built from Burn tensor ops; a backend with a fast kernel overrides the
+//! forward and backward it accelerates.
 
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -20,8 +21,8 @@ fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
 
-/// [`ExpmBackend::expmv_generated`] by forming the generators with a matmul.
-pub(crate) fn expmv_generated_by_ops<B: ExpmBackend>(
+/// [`ExpmKernels::expmv_generated`] by forming the generators with a matmul.
+pub(crate) fn expmv_generated_by_ops<B: ExpmKernels>(
     c: FloatTensor<B>,
     psi: FloatTensor<B>,
     v: FloatTensor<B>,
@@ -36,23 +37,21 @@ pub(crate) fn expmv_generated_by_ops<B: ExpmBackend>(
     B::expmv(unwrap(a), v, config)
 }
 
-/// Backends that compute the matrix exponential and the exponential-times-vector product.
+/// The shipped backends' exponential and exponential-times-vector kernels.
 ///
 /// Implemented for `NdArray` (feature `ndarray`), `Flex` (`flex`), `CubeBackend` and `Fusion`
 /// (`wgpu`, `cuda`) and for `Autodiff<B>` over any of them. Inputs reach these methods already
 /// checked (square, matching shapes) and in f32 or f64.
-pub trait ExpmBackend: Backend {
-    /// Whether [`ExpmBackend::expm`] and its backward run a kernel of their own for inputs of
+pub(crate) trait ExpmKernels: Backend {
+    /// Whether [`ExpmKernels::expm`] and its backward run a kernel of their own for inputs of
     /// this dtype and shape (rather than the tensor-op default). Wrappers such as fusion ask it
     /// to decide between recording an opaque op and recording the tensor ops, which fuse.
-    #[doc(hidden)]
     fn has_expm_kernel(_dtype: burn::tensor::DType, _shape: &burn::tensor::Shape) -> bool {
         false
     }
 
-    /// Whether [`ExpmBackend::expmv_checkpointed`] and its backward run kernels of their own for
-    /// A of this dtype and shape (see [`ExpmBackend::has_expm_kernel`]).
-    #[doc(hidden)]
+    /// Whether [`ExpmKernels::expmv_checkpointed`] and its backward run kernels of their own for
+    /// A of this dtype and shape (see [`ExpmKernels::has_expm_kernel`]).
     fn has_expmv_kernel(_dtype: burn::tensor::DType, _shape: &burn::tensor::Shape) -> bool {
         false
     }
@@ -75,10 +74,9 @@ pub trait ExpmBackend: Backend {
         ))
     }
 
-    /// Floats of the checkpoint that [`ExpmBackend::expm_checkpointed`] keeps on `device` for A
+    /// Floats of the checkpoint that [`ExpmKernels::expm_checkpointed`] keeps on `device` for A
     /// of this dtype and shape, or `None` where it keeps none. Wrappers (fusion) ask it to
     /// declare the checkpoint before the inner backend computes it.
-    #[doc(hidden)]
     fn expm_checkpoint_floats(
         _device: &Self::Device,
         _dtype: burn::tensor::DType,
@@ -92,7 +90,6 @@ pub trait ExpmBackend: Backend {
     /// checkpoint (the GPU kernels keep the Taylor scheme's values that its derivative reads,
     /// so that the backward need not recompute them); `None` otherwise. Autodiff calls it for a
     /// tracked A.
-    #[doc(hidden)]
     fn expm_checkpointed(
         a: FloatTensor<Self>,
         method: ExpmMethod,
@@ -100,9 +97,8 @@ pub trait ExpmBackend: Backend {
         (Self::expm(a, method), None)
     }
 
-    /// [`ExpmBackend::expm_backward`] with the checkpoint of
-    /// [`ExpmBackend::expm_checkpointed`].
-    #[doc(hidden)]
+    /// [`ExpmKernels::expm_backward`] with the checkpoint of
+    /// [`ExpmKernels::expm_checkpointed`].
     fn expm_backward_checkpointed(
         a: FloatTensor<Self>,
         grad: FloatTensor<Self>,
@@ -129,7 +125,7 @@ pub trait ExpmBackend: Backend {
     /// exp(A_p) v_p for the generators A_p = sum_m c[r, m] psi[m, k] of the problems
     /// p = r S + k, with c [R, M], psi [M, S, n, n] and v [R S, n], all in one dtype, R >= 1.
     ///
-    /// The default forms the generators (one matmul) and calls [`ExpmBackend::expmv`]; the GPU
+    /// The default forms the generators (one matmul) and calls [`ExpmKernels::expmv`]; the GPU
     /// backends form each generator inside the kernel when no input needs a gradient, so the
     /// R S generators never exist in device memory.
     fn expmv_generated(
@@ -213,7 +209,7 @@ macro_rules! cpu_kernel_methods {
 }
 
 #[cfg(feature = "ndarray")]
-impl<E, I, Q> ExpmBackend for burn_ndarray::NdArray<E, I, Q>
+impl<E, I, Q> ExpmKernels for burn_ndarray::NdArray<E, I, Q>
 where
     E: burn_ndarray::FloatNdArrayElement,
     I: burn_ndarray::IntNdArrayElement,
@@ -225,7 +221,7 @@ where
 }
 
 #[cfg(feature = "flex")]
-impl ExpmBackend for burn_flex::Flex {
+impl ExpmKernels for burn_flex::Flex {
     cpu_kernel_methods!();
 }
 
@@ -233,7 +229,7 @@ impl ExpmBackend for burn_flex::Flex {
 /// [N, n, n], see [`crate::gpu::accepts`] and [`crate::gpu::expmv_takes`]) and keep the
 /// tensor-op path otherwise.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-impl<R, F, I, BT> ExpmBackend for burn_cubecl::CubeBackend<R, F, I, BT>
+impl<R, F, I, BT> ExpmKernels for burn_cubecl::CubeBackend<R, F, I, BT>
 where
     R: burn_cubecl::CubeRuntime,
     F: burn_cubecl::FloatElement,
@@ -373,7 +369,7 @@ mod fusion {
 
     use burn::prelude::*;
 
-    use super::{ExpmBackend, expmv_generated_by_ops, tensor_ops, unwrap, wrap};
+    use super::{ExpmKernels, expmv_generated_by_ops, tensor_ops, unwrap, wrap};
     use crate::expm::expmv::{self, ExpmvCheckpoints};
     use crate::expm::{ExpmMethod, ExpmvConfig};
     use crate::gpu::ROUTE_STRIDE;
@@ -388,7 +384,7 @@ mod fusion {
         _backend: core::marker::PhantomData<B>,
     }
 
-    impl<B: FusionBackend + ExpmBackend> Operation<B::FusionRuntime> for ExpmvOp<B> {
+    impl<B: FusionBackend + ExpmKernels> Operation<B::FusionRuntime> for ExpmvOp<B> {
         fn execute(
             &self,
             handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
@@ -429,7 +425,7 @@ mod fusion {
         _backend: core::marker::PhantomData<B>,
     }
 
-    impl<B: FusionBackend + ExpmBackend> Operation<B::FusionRuntime> for GeneratedOp<B> {
+    impl<B: FusionBackend + ExpmKernels> Operation<B::FusionRuntime> for GeneratedOp<B> {
         fn execute(
             &self,
             handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
@@ -467,7 +463,7 @@ mod fusion {
         _backend: core::marker::PhantomData<B>,
     }
 
-    impl<B: FusionBackend + ExpmBackend> Operation<B::FusionRuntime> for ExpmOp<B> {
+    impl<B: FusionBackend + ExpmKernels> Operation<B::FusionRuntime> for ExpmOp<B> {
         fn execute(
             &self,
             handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
@@ -508,7 +504,7 @@ mod fusion {
     }
 
     /// Records `op` with `inputs` and `outputs` (dtype and shape each) on `client`'s stream.
-    fn record<B: FusionBackend + ExpmBackend, const O: usize>(
+    fn record<B: FusionBackend + ExpmKernels, const O: usize>(
         name: &'static str,
         inputs: Vec<FloatTensor<Fusion<B>>>,
         outputs: [(burn::tensor::DType, Shape); O],
@@ -532,7 +528,7 @@ mod fusion {
             .outputs()
     }
 
-    impl<B: FusionBackend + ExpmBackend> ExpmBackend for Fusion<B> {
+    impl<B: FusionBackend + ExpmKernels> ExpmKernels for Fusion<B> {
         fn has_expm_kernel(dtype: burn::tensor::DType, shape: &burn::tensor::Shape) -> bool {
             B::has_expm_kernel(dtype, shape)
         }

@@ -55,13 +55,16 @@ pub(crate) fn poison<B: Backend, const D: usize>(
         return t;
     }
     let dims = t.dims();
-    let mut flags = vec![false; dims[0]];
+    let mut flags = vec![0f32; dims[0]];
     for &i in indices {
-        flags[i] = true;
+        flags[i] = 1.0;
     }
     let mut shape = [1usize; D];
     shape[0] = dims[0];
-    let mask = Tensor::<B, 1, Bool>::from_data(TensorData::new(flags, [dims[0]]), &t.device())
+    // From float flags rather than bool data, which not every backend reads (Candle's
+    // `bool_from_data` takes only u8).
+    let mask = Tensor::<B, 1>::from_data(TensorData::new(flags, [dims[0]]), &t.device())
+        .greater_elem(0.5)
         .reshape(shape)
         .expand(dims);
     t.mask_fill(mask, f64::NAN)

@@ -27,13 +27,14 @@
 
 mod autodiff;
 mod backend;
+mod routing;
 pub(crate) mod dense;
 pub(crate) mod expmv;
 pub(crate) mod plan;
 pub(crate) mod scheme;
 pub(crate) mod solve;
 
-pub use backend::ExpmBackend;
+pub use routing::ExpmBackend;
 pub use expmv::{ExpmvCheckpoints, ExpmvPlan};
 
 use burn::prelude::*;

@@ -27,7 +27,9 @@ pub(crate) fn solve<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>) -> Tensor<B, 3
         let pivot = candidates.argmax(1); // [N, 1, 1]
         let is_pivot = rows.clone().equal(pivot.clone()); // [N, n, 1]
         used = used.bool_or(is_pivot.clone());
-        let pivot_row = m.clone().gather(1, pivot.clone().expand([batch, 1, width])); // [N, 1, w]
+        // The indices repeated, not expanded: an expanded (stride-0) index tensor breaks the
+        // gather's backward on backends whose scatter needs contiguous input (Candle).
+        let pivot_row = m.clone().gather(1, pivot.clone().repeat_dim(2, width)); // [N, 1, w]
         let pivot_value = pivot_row.clone().slice([0..batch, 0..1, col..col + 1]);
         let pivot_row = pivot_row / pivot_value;
         // Row p becomes the normalised pivot row, every other row loses factor * pivot row:
@@ -38,7 +40,7 @@ pub(crate) fn solve<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>) -> Tensor<B, 3
     }
     let pivots = Tensor::cat(pivots, 1); // [N, n, 1]: pivots[c] holds unknown c
     m.slice([0..batch, 0..n, n..width])
-        .gather(1, pivots.expand([batch, n, k]))
+        .gather(1, pivots.repeat_dim(2, k))
 }
 
 #[cfg(test)]

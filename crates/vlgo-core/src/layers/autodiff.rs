@@ -1,5 +1,5 @@
 //! `Autodiff<B>`: the layers' forwards on the inner backend, each one node with its backward by
-//! the inner backend's [`LayerBackend`] adjoints.
+//! the inner backend's [`LayerKernels`] adjoints.
 
 use burn::backend::autodiff::{
     Autodiff,
@@ -10,12 +10,12 @@ use burn::backend::autodiff::{
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
-use super::backend::LayerBackend;
+use super::backend::LayerKernels;
 
 #[derive(Debug)]
 struct ConvolveBackward;
 
-impl<B: LayerBackend> Backward<B, 2> for ConvolveBackward {
+impl<B: LayerKernels> Backward<B, 2> for ConvolveBackward {
     type State = (FloatTensor<B>, FloatTensor<B>, ConvOptions<2>);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -44,7 +44,7 @@ struct BatchNormBackward;
 /// What the batch-norm node keeps: x, gamma, the batch statistics and epsilon.
 type BatchNormState<B> = (FloatTensor<B>, FloatTensor<B>, [FloatTensor<B>; 2], f64);
 
-impl<B: LayerBackend> Backward<B, 3> for BatchNormBackward {
+impl<B: LayerKernels> Backward<B, 3> for BatchNormBackward {
     type State = BatchNormState<B>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -66,7 +66,7 @@ struct BatchedLinearBackward;
 /// What the batched linear node keeps: x, the weight, the output and the slope.
 type BatchedLinearState<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Option<f64>);
 
-impl<B: LayerBackend> Backward<B, 3> for BatchedLinearBackward {
+impl<B: LayerKernels> Backward<B, 3> for BatchedLinearBackward {
     type State = BatchedLinearState<B>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -84,7 +84,7 @@ impl<B: LayerBackend> Backward<B, 3> for BatchedLinearBackward {
 
 // The backwards keep their defaults here (Burn's own convolution adjoints on `Autodiff`), which is
 // what a second-order gradient would need.
-impl<B: LayerBackend, C: CheckpointStrategy> LayerBackend for Autodiff<B, C> {
+impl<B: LayerKernels, C: CheckpointStrategy> LayerKernels for Autodiff<B, C> {
     fn convolve(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

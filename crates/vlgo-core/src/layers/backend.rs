@@ -1,17 +1,17 @@
-//! The backend-extension trait that carries the convolution and the batch norm (one impl per
-//! backend, as for the exponential: the `Autodiff` impl would overlap a blanket one).
+//! The shipped backends' layer kernels: convolution, batch norm, batched linear layers, AdamW
+//! (one impl per backend, as for the exponential: the `Autodiff` impl would overlap a blanket
+//! one; [`LayerBackend`](super::LayerBackend) routes to them at run time).
 
 use burn::prelude::*;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
-/// Backends that run the layers of [`crate::layers`]: convolution, batch norm and batched
-/// fully connected layers.
+/// The shipped backends' kernels of the layers of [`crate::layers`].
 ///
 /// Every method defaults to Burn's own operations; `Flex` and `NdArray` override them with the
 /// CPU kernels for f32 (convolutions with one group). Implemented for `NdArray` (feature
 /// `ndarray`), `Flex` (`flex`), `CubeBackend` and `Fusion` (`wgpu`, `cuda`) and `Autodiff<B>`
 /// over any of them.
-pub trait LayerBackend: Backend {
+pub(crate) trait LayerKernels: Backend {
     /// The convolution of x [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw].
     fn convolve(
         x: FloatTensor<Self>,
@@ -106,7 +106,7 @@ pub trait LayerBackend: Backend {
 use super::{AdamWStep, unwrap, wrap};
 
 /// The layers from Burn's tensor operations: the defaults, and the fallback of the kernels.
-mod tensor_ops {
+pub(super) mod tensor_ops {
     use super::*;
 
     /// Burn's `AdamW` arithmetic, operation by operation.
@@ -658,7 +658,7 @@ macro_rules! kernel_methods {
 
 /// The CPU backends lend their buffers to the kernels ([`crate::cpu::host`]).
 #[cfg(feature = "ndarray")]
-impl<E, I, Q> LayerBackend for burn_ndarray::NdArray<E, I, Q>
+impl<E, I, Q> LayerKernels for burn_ndarray::NdArray<E, I, Q>
 where
     E: burn_ndarray::FloatNdArrayElement,
     I: burn_ndarray::IntNdArrayElement,
@@ -670,12 +670,12 @@ where
 }
 
 #[cfg(feature = "flex")]
-impl LayerBackend for burn_flex::Flex {
+impl LayerKernels for burn_flex::Flex {
     kernel_methods!();
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-impl<R, F, I, BT> LayerBackend for burn_cubecl::CubeBackend<R, F, I, BT>
+impl<R, F, I, BT> LayerKernels for burn_cubecl::CubeBackend<R, F, I, BT>
 where
     R: burn_cubecl::CubeRuntime,
     F: burn_cubecl::FloatElement,
@@ -685,4 +685,4 @@ where
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-impl<B: burn_fusion::FusionBackend> LayerBackend for burn_fusion::Fusion<B> {}
+impl<B: burn_fusion::FusionBackend> LayerKernels for burn_fusion::Fusion<B> {}

@@ -15,9 +15,10 @@
 mod autodiff;
 mod backend;
 mod optim;
+mod routing;
 
-pub use backend::LayerBackend;
 pub use optim::{AdamWStep, FusedAdamW, FusedAdamWConfig, FusedAdamWState};
+pub use routing::LayerBackend;
 
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, PaddingConfig2d};

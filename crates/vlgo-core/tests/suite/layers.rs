@@ -46,10 +46,18 @@ const CASES: [Case; 7] = [
     ([2, 4, 6, 6], [4, 2, 3, 3], [1, 1], [1, 1], [1, 1], 2),
 ];
 
+/// Whether the test backend's own convolution takes the case: Candle's takes only the same
+/// stride, padding and dilation on both axes, and its adjoint no groups (it asserts both).
+fn backend_takes(case: &Case) -> bool {
+    let (_, _, stride, padding, dilation, groups) = case;
+    let square = stride[0] == stride[1] && padding[0] == padding[1] && dilation[0] == dilation[1];
+    (square && *groups == 1) || !<AD as Backend>::name(&Default::default()).contains("candle")
+}
+
 #[test]
 fn convolution_and_its_gradients_match_burn() {
     let device = Default::default();
-    for (xd, wd, stride, padding, dilation, groups) in CASES {
+    for (xd, wd, stride, padding, dilation, groups) in CASES.into_iter().filter(backend_takes) {
         let options = ConvOptions::new(stride, padding, dilation, groups);
         let x = Tensor::<AD, 4>::random(xd, Distribution::Normal(0.0, 1.0), &device);
         let w = Tensor::<AD, 4>::random(wd, Distribution::Normal(0.0, 1.0), &device);
@@ -160,7 +168,7 @@ fn convolution_gradients_match_sums_on_the_host() {
         ([2, 3, 7, 9], [4, 3, 1, 2], [3, 3], [1, 0], [1, 1], 1),
         ([2, 4, 9, 9], [4, 2, 2, 2], [3, 2], [1, 1], [1, 2], 2),
     ];
-    for case in CASES.into_iter().chain(gapped) {
+    for case in CASES.into_iter().chain(gapped).filter(backend_takes) {
         let (xd, wd, stride, padding, dilation, groups) = case;
         let options = ConvOptions::new(stride, padding, dilation, groups);
         let x = Tensor::<AD, 4>::random(xd, Distribution::Normal(0.0, 1.0), &device);

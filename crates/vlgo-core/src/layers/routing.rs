@@ -1,0 +1,167 @@
+//! [`LayerBackend`], implemented for every Burn backend: the CPU kernels where `B` is a shipped
+//! backend, Burn's own operations otherwise (see [`crate::shipped`]).
+
+use core::any::{Any, TypeId};
+
+use burn::prelude::*;
+use burn::tensor::ops::{ConvOptions, FloatTensor};
+
+use super::AdamWStep;
+use super::backend::{LayerKernels, tensor_ops};
+use crate::shipped::{dispatch_shipped, route, take};
+
+/// Backends that run the layers of [`crate::layers`]: convolution, batch norm, batched fully
+/// connected layers and the fused AdamW step. Every Burn backend.
+///
+/// Implemented for every `B: Backend`. Where `B` is a shipped CPU backend (`Flex`, `NdArray`,
+/// and `Autodiff` over them) the layers run the CPU kernels of this crate, each one autodiff node
+/// with its own backward; on every other backend they are Burn's own operations, differentiated
+/// by Burn's autodiff. Call the functions of [`crate::layers`] rather than these methods.
+pub trait LayerBackend: Backend {
+    /// The convolution of x [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw].
+    fn convolve(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self>;
+
+    /// Training-mode batch norm of x [N, C, S] with the batch's statistics: the output, the
+    /// per-channel mean and the biased variance (both `[C]`).
+    fn batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> [FloatTensor<Self>; 3];
+
+    /// act(x w + b) for S batched layers, x [S, N, K], w [S, K, M] and b [S, 1, M], as
+    /// [S, N, M]; act is LeakyReLU with `negative_slope` when given, the identity otherwise.
+    fn batched_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        negative_slope: Option<f64>,
+    ) -> FloatTensor<Self>;
+
+    /// One AdamW step on a parameter from its gradient and moments: the new parameter, first
+    /// and second moment (see [`FusedAdamW`](super::FusedAdamW)).
+    fn adamw_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moment_1: FloatTensor<Self>,
+        moment_2: FloatTensor<Self>,
+        step: AdamWStep,
+    ) -> [FloatTensor<Self>; 3];
+
+    /// `y = scale[c] x + shift[c]` for x `[N, C, S]`: batch norm in evaluation mode.
+    fn channel_affine(
+        x: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        shift: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+}
+
+impl<B: Backend> LayerBackend for B {
+    fn convolve(x: FloatTensor<B>, weight: FloatTensor<B>, options: ConvOptions<2>) -> FloatTensor<B> {
+        route::<B, _, _>(dispatch::convolve, (x, weight, options), |(x, weight, options)| {
+            B::conv2d(x, weight, None, options)
+        })
+    }
+
+    fn batch_norm_train(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+    ) -> [FloatTensor<B>; 3] {
+        route::<B, _, _>(
+            dispatch::batch_norm_train,
+            (x, gamma, beta, epsilon),
+            |(x, gamma, beta, epsilon)| tensor_ops::batch_norm_train::<B>(x, gamma, beta, epsilon),
+        )
+    }
+
+    fn batched_linear(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        bias: FloatTensor<B>,
+        negative_slope: Option<f64>,
+    ) -> FloatTensor<B> {
+        route::<B, _, _>(
+            dispatch::batched_linear,
+            (x, weight, bias, negative_slope),
+            |(x, weight, bias, slope)| tensor_ops::batched_linear::<B>(x, weight, bias, slope),
+        )
+    }
+
+    fn adamw_step(
+        param: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        moment_1: FloatTensor<B>,
+        moment_2: FloatTensor<B>,
+        step: AdamWStep,
+    ) -> [FloatTensor<B>; 3] {
+        route::<B, _, _>(
+            dispatch::adamw_step,
+            (param, grad, moment_1, moment_2, step),
+            |(p, g, m1, m2, step)| tensor_ops::adamw_step::<B>(p, g, m1, m2, step),
+        )
+    }
+
+    fn channel_affine(x: FloatTensor<B>, scale: FloatTensor<B>, shift: FloatTensor<B>) -> FloatTensor<B> {
+        route::<B, _, _>(dispatch::channel_affine, (x, scale, shift), |(x, scale, shift)| {
+            tensor_ops::channel_affine::<B>(x, scale, shift)
+        })
+    }
+}
+
+/// The dispatchers of the methods above: each runs the shipped backend's [`LayerKernels`]
+/// method.
+// Built without a kernel feature, the dispatchers decline everything and read nothing.
+#[allow(unused_variables)]
+mod dispatch {
+    use super::*;
+
+    type Ternary<K, T> = (FloatTensor<K>, FloatTensor<K>, FloatTensor<K>, T);
+
+    pub fn convolve(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        dispatch_shipped!(id, K => {
+            let (x, w, options) = take::<(FloatTensor<K>, FloatTensor<K>, ConvOptions<2>)>(args);
+            <K as LayerKernels>::convolve(x, w, options)
+        });
+        None
+    }
+
+    pub fn batch_norm_train(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        dispatch_shipped!(id, K => {
+            let (x, gamma, beta, epsilon) = take::<Ternary<K, f64>>(args);
+            <K as LayerKernels>::batch_norm_train(x, gamma, beta, epsilon)
+        });
+        None
+    }
+
+    pub fn batched_linear(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        dispatch_shipped!(id, K => {
+            let (x, w, b, slope) = take::<Ternary<K, Option<f64>>>(args);
+            <K as LayerKernels>::batched_linear(x, w, b, slope)
+        });
+        None
+    }
+
+    pub fn adamw_step(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        type Args<K> = (FloatTensor<K>, FloatTensor<K>, FloatTensor<K>, FloatTensor<K>, AdamWStep);
+        dispatch_shipped!(id, K => {
+            let (p, g, m1, m2, step) = take::<Args<K>>(args);
+            <K as LayerKernels>::adamw_step(p, g, m1, m2, step)
+        });
+        None
+    }
+
+    pub fn channel_affine(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        dispatch_shipped!(id, K => {
+            let (x, scale, shift) = take::<(FloatTensor<K>, FloatTensor<K>, FloatTensor<K>)>(args);
+            <K as LayerKernels>::channel_affine(x, scale, shift)
+        });
+        None
+    }
+}
