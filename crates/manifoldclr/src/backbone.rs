@@ -12,7 +12,7 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Initializer, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use vlgo_core::layers::{LayerBackend, batch_norm_module, conv2d_module};
+use vlgo_core::layers::{LayerBackend, batch_norm_module, conv2d_module, global_avg_pool};
 
 use crate::error::ClrError;
 
@@ -162,6 +162,8 @@ pub struct ResNet18<B: Backend> {
     stem_bn: BatchNorm<B>,
     max_pool: Option<MaxPool2d>,
     blocks: Vec<BasicBlock<B>>,
+    /// Kept so that records keep their fields; the forward pools with
+    /// [`global_avg_pool`], which every backend runs.
     pool: AdaptiveAvgPool2d,
     relu: Relu,
     in_channels: usize,
@@ -198,6 +200,6 @@ impl<B: Backend> ResNet18<B> {
         for block in &self.blocks {
             x = block.forward(x);
         }
-        Ok(self.pool.forward(x).flatten::<2>(1, 3))
+        Ok(global_avg_pool(x))
     }
 }

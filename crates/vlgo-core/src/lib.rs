@@ -1,4 +1,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Built without a backend feature, the crate ships no kernel: the kernel side of the routing
+// (`expm::backend`, `expm::autodiff`) is then unused, and every backend takes the tensor ops.
+#![cfg_attr(
+    not(any(feature = "ndarray", feature = "flex", feature = "wgpu", feature = "cuda")),
+    allow(dead_code, unused_imports)
+)]
 #![doc = include_str!("../README.md")]
 //!
 //! ## What is where
@@ -13,8 +19,10 @@
 //!   count; [`mod@best_of_j`]: the best of J prior samples per datum.
 //! * [`loss`]: the manifold loss and the distance improvement; [`sparse_coding`]: exact sparse
 //!   inference by FISTA (the paper's baseline).
-//! * [`layers`]: CPU kernels for the ResNet's convolution, batch norm, batched linear layers and
-//!   AdamW step, behind Burn's module API.
+//! * `layers` (feature `layers`): CPU kernels for the ResNet's convolution, batch norm, batched
+//!   linear layers and AdamW step, behind Burn's module API. A feature rather than a crate of its
+//!   own: the layer kernels share the CPU host adapter, the SIMD code and the backend routing with
+//!   the exponential's kernels, which a separate crate would need as public API of this one.
 //! * [`cpu`] (features `ndarray`, `flex`) and `gpu` (features `wgpu`, `cuda`): the kernels
 //!   behind [`ExpmBackend`]; other dtypes and backends use [`expm::tensor_ops`].
 //!
@@ -56,12 +64,20 @@ pub mod expm;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod gpu;
 pub mod laplace;
+#[cfg(feature = "layers")]
 pub mod layers;
 pub mod loss;
 pub mod operators;
 pub mod rng;
 mod shipped;
 pub mod sparse_coding;
+#[cfg(any(
+    feature = "ndarray",
+    feature = "flex",
+    feature = "wgpu",
+    feature = "cuda",
+    feature = "test-candle"
+))]
 #[doc(hidden)]
 pub mod testing;
 

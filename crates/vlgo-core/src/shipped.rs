@@ -1,6 +1,6 @@
 //! Run-time routing from every Burn backend to the kernels of the backends this crate ships.
 //!
-//! [`ExpmBackend`](crate::ExpmBackend) and [`LayerBackend`](crate::layers::LayerBackend) are
+//! [`ExpmBackend`](crate::ExpmBackend) and `layers::LayerBackend` (feature `layers`) are
 //! implemented for every `B: Backend`. A trait implemented backend by backend would shut out
 //! every backend not on our list (`burn-candle`, `burn-tch`, `Router`, the next one): the orphan
 //! rule forbids a user's impl for a foreign backend, and Rust has no specialisation that would

@@ -16,7 +16,10 @@ pub type TestBackend = burn_candle::Candle;
 #[cfg(all(feature = "test-wgpu", not(feature = "test-candle")))]
 /// The backend the tests run on.
 pub type TestBackend = burn::backend::Wgpu;
-#[cfg(all(feature = "test-cuda", not(any(feature = "test-wgpu", feature = "test-candle"))))]
+#[cfg(all(
+    feature = "test-cuda",
+    not(any(feature = "test-wgpu", feature = "test-candle"))
+))]
 /// The backend the tests run on.
 pub type TestBackend = burn::backend::Cuda;
 #[cfg(all(

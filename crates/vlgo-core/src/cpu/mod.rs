@@ -7,12 +7,17 @@
 //! The kernel computes in f32 (f16 and bf16 inputs arrive promoted); f64 inputs, the test
 //! oracle, keep the tensor-op path.
 
+#[cfg(feature = "layers")]
 pub(crate) mod adamw;
+#[cfg(feature = "layers")]
 pub(crate) mod batch_norm;
+#[cfg(feature = "layers")]
 pub(crate) mod conv;
+#[cfg(feature = "layers")]
 pub(crate) mod dense;
 pub(crate) mod expm;
 pub(crate) mod expmv;
+#[cfg(feature = "layers")]
 pub(crate) mod gemm;
 pub mod host;
 pub(crate) mod lu;

@@ -27,15 +27,15 @@
 
 mod autodiff;
 mod backend;
-mod routing;
 pub(crate) mod dense;
 pub(crate) mod expmv;
 pub(crate) mod plan;
+mod routing;
 pub(crate) mod scheme;
 pub(crate) mod solve;
 
-pub use routing::ExpmBackend;
 pub use expmv::{ExpmvCheckpoints, ExpmvPlan};
+pub use routing::ExpmBackend;
 
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType, TensorPrimitive};

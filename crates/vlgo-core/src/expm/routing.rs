@@ -7,9 +7,12 @@ use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorPrimitive};
 
+#[allow(unused_imports)]
 use super::backend::ExpmKernels;
 use super::expmv::{self, ExpmvCheckpoints};
 use super::{ExpmMethod, ExpmvConfig, tensor_ops};
+// Built without a kernel feature, the dispatchers reach no kernel and take no argument.
+#[allow(unused_imports)]
 use crate::shipped::{dispatch_shipped, route, take};
 
 fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
@@ -135,7 +138,9 @@ impl<B: Backend> ExpmBackend for B {
     }
 
     fn has_expmv_kernel(dtype: DType, shape: &Shape) -> bool {
-        route::<B, _, _>(dispatch::has_expmv_kernel, (dtype, shape.clone()), |_| false)
+        route::<B, _, _>(dispatch::has_expmv_kernel, (dtype, shape.clone()), |_| {
+            false
+        })
     }
 
     fn expm(a: FloatTensor<B>, method: ExpmMethod) -> FloatTensor<B> {
@@ -144,10 +149,16 @@ impl<B: Backend> ExpmBackend for B {
         })
     }
 
-    fn expm_backward(a: FloatTensor<B>, grad: FloatTensor<B>, method: ExpmMethod) -> FloatTensor<B> {
-        route::<B, _, _>(dispatch::expm_backward, (a, grad, method), |(a, grad, method)| {
-            unwrap(tensor_ops::expm_backward::<B>(wrap(a), wrap(grad), method))
-        })
+    fn expm_backward(
+        a: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        method: ExpmMethod,
+    ) -> FloatTensor<B> {
+        route::<B, _, _>(
+            dispatch::expm_backward,
+            (a, grad, method),
+            |(a, grad, method)| unwrap(tensor_ops::expm_backward::<B>(wrap(a), wrap(grad), method)),
+        )
     }
 
     fn expm_checkpoint_floats(
@@ -193,9 +204,11 @@ impl<B: Backend> ExpmBackend for B {
         v: FloatTensor<B>,
         config: ExpmvConfig,
     ) -> (Tensor<B, 2>, ExpmvCheckpoints<B>) {
-        route::<B, _, _>(dispatch::expmv_checkpointed, (a, v, config), |(a, v, config)| {
-            expmv::expmv_forward::<B>(wrap(a), wrap(v), &config)
-        })
+        route::<B, _, _>(
+            dispatch::expmv_checkpointed,
+            (a, v, config),
+            |(a, v, config)| expmv::expmv_forward::<B>(wrap(a), wrap(v), &config),
+        )
     }
 
     fn expmv_generated(
@@ -295,7 +308,12 @@ mod dispatch {
     }
 
     pub fn expm_backward_checkpointed(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
-        type Args<K> = (FloatTensor<K>, FloatTensor<K>, ExpmMethod, Option<FloatTensor<K>>);
+        type Args<K> = (
+            FloatTensor<K>,
+            FloatTensor<K>,
+            ExpmMethod,
+            Option<FloatTensor<K>>,
+        );
         dispatch_shipped!(id, K => {
             let (a, grad, method, checkpoint) = take::<Args<K>>(args);
             <K as ExpmKernels>::expm_backward_checkpointed(a, grad, method, checkpoint)
@@ -328,11 +346,7 @@ mod dispatch {
         None
     }
 
-    pub fn expmv_backward(
-        id: TypeId,
-        args: &mut dyn Any,
-        saved: &dyn Any,
-    ) -> Option<Box<dyn Any>> {
+    pub fn expmv_backward(id: TypeId, args: &mut dyn Any, saved: &dyn Any) -> Option<Box<dyn Any>> {
         dispatch_shipped!(id, K => {
             let (a, v, grad) = take::<(FloatTensor<K>, FloatTensor<K>, FloatTensor<K>)>(args);
             let saved = saved

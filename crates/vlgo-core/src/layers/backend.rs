@@ -93,6 +93,11 @@ pub(crate) trait LayerKernels: Backend {
         tensor_ops::adamw_step::<Self>(param, grad, moment_1, moment_2, step)
     }
 
+    /// The mean over the spatial dimensions of x [N, C, H, W], as [N, C, 1, 1].
+    fn global_avg_pool(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::adaptive_avg_pool2d(x, [1, 1])
+    }
+
     /// `y = scale[c] x + shift[c]` for x `[N, C, S]`: batch norm in evaluation mode.
     fn channel_affine(
         x: FloatTensor<Self>,

@@ -26,6 +26,23 @@ use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
+/// The mean of `x` [N, C, H, W] over its spatial dimensions, as [N, C]: the global average pool
+/// that ends a ResNet (`AdaptiveAvgPool2d([1, 1])` and a flatten), on every backend.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+///
+/// let x = Tensor::<NdArray, 4>::from_data([[[[1.0, 2.0], [3.0, 6.0]]]], &Default::default());
+/// let y = vlgo_core::layers::global_avg_pool(x);
+/// assert_eq!(y.into_data().to_vec::<f32>().unwrap(), vec![3.0]);
+/// ```
+pub fn global_avg_pool<B: LayerBackend>(x: Tensor<B, 4>) -> Tensor<B, 2> {
+    let [n, c, _, _] = x.dims();
+    let y: Tensor<B, 4> = wrap(B::global_avg_pool(unwrap(x)));
+    y.reshape([n, c])
+}
+
 /// The convolution of `x` [N, C_in, H, W] with `weight` [C_out, C_in / groups, kh, kw], plus
 /// `bias` `[C_out]`; differentiable on `Autodiff`.
 ///

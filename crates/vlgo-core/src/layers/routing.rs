@@ -4,10 +4,14 @@
 use core::any::{Any, TypeId};
 
 use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
 use super::AdamWStep;
+#[allow(unused_imports)]
 use super::backend::{LayerKernels, tensor_ops};
+// Built without a kernel feature, the dispatchers reach no kernel and take no argument.
+#[allow(unused_imports)]
 use crate::shipped::{dispatch_shipped, route, take};
 
 /// Backends that run the layers of [`crate::layers`]: convolution, batch norm, batched fully
@@ -53,6 +57,11 @@ pub trait LayerBackend: Backend {
         step: AdamWStep,
     ) -> [FloatTensor<Self>; 3];
 
+    /// The mean over the spatial dimensions of x [N, C, H, W], as [N, C, 1, 1]: Burn's
+    /// adaptive average pool on the shipped backends, a mean of the reshaped rows elsewhere
+    /// (not every backend has the pool: Candle's panics).
+    fn global_avg_pool(x: FloatTensor<Self>) -> FloatTensor<Self>;
+
     /// `y = scale[c] x + shift[c]` for x `[N, C, S]`: batch norm in evaluation mode.
     fn channel_affine(
         x: FloatTensor<Self>,
@@ -62,10 +71,16 @@ pub trait LayerBackend: Backend {
 }
 
 impl<B: Backend> LayerBackend for B {
-    fn convolve(x: FloatTensor<B>, weight: FloatTensor<B>, options: ConvOptions<2>) -> FloatTensor<B> {
-        route::<B, _, _>(dispatch::convolve, (x, weight, options), |(x, weight, options)| {
-            B::conv2d(x, weight, None, options)
-        })
+    fn convolve(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<B> {
+        route::<B, _, _>(
+            dispatch::convolve,
+            (x, weight, options),
+            |(x, weight, options)| B::conv2d(x, weight, None, options),
+        )
     }
 
     fn batch_norm_train(
@@ -108,10 +123,28 @@ impl<B: Backend> LayerBackend for B {
         )
     }
 
-    fn channel_affine(x: FloatTensor<B>, scale: FloatTensor<B>, shift: FloatTensor<B>) -> FloatTensor<B> {
-        route::<B, _, _>(dispatch::channel_affine, (x, scale, shift), |(x, scale, shift)| {
-            tensor_ops::channel_affine::<B>(x, scale, shift)
+    fn global_avg_pool(x: FloatTensor<B>) -> FloatTensor<B> {
+        route::<B, _, _>(dispatch::global_avg_pool, (x,), |(x,)| {
+            let x: Tensor<B, 4> = Tensor::from_primitive(TensorPrimitive::Float(x));
+            let [n, c, h, w] = x.dims();
+            x.reshape([n, c, h * w])
+                .mean_dim(2)
+                .reshape([n, c, 1, 1])
+                .into_primitive()
+                .tensor()
         })
+    }
+
+    fn channel_affine(
+        x: FloatTensor<B>,
+        scale: FloatTensor<B>,
+        shift: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        route::<B, _, _>(
+            dispatch::channel_affine,
+            (x, scale, shift),
+            |(x, scale, shift)| tensor_ops::channel_affine::<B>(x, scale, shift),
+        )
     }
 }
 
@@ -149,10 +182,24 @@ mod dispatch {
     }
 
     pub fn adamw_step(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
-        type Args<K> = (FloatTensor<K>, FloatTensor<K>, FloatTensor<K>, FloatTensor<K>, AdamWStep);
+        type Args<K> = (
+            FloatTensor<K>,
+            FloatTensor<K>,
+            FloatTensor<K>,
+            FloatTensor<K>,
+            AdamWStep,
+        );
         dispatch_shipped!(id, K => {
             let (p, g, m1, m2, step) = take::<Args<K>>(args);
             <K as LayerKernels>::adamw_step(p, g, m1, m2, step)
+        });
+        None
+    }
+
+    pub fn global_avg_pool(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        dispatch_shipped!(id, K => {
+            let (x,) = take::<(FloatTensor<K>,)>(args);
+            <K as LayerKernels>::global_avg_pool(x)
         });
         None
     }

@@ -7,6 +7,7 @@ mod expm_accuracy;
 mod expm_gradients;
 mod expmv;
 mod laplace;
+#[cfg(feature = "layers")]
 mod layers;
 mod operators;
 mod sparse_coding;
