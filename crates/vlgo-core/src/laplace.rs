@@ -173,15 +173,44 @@ pub fn laplace_noise<B: Backend>(u: Tensor<B, 2>, scale: Tensor<B, 2>) -> Tensor
 ///
 /// Straight-through: the value is the thresholded one, the gradient that of mu + eps, so location
 /// and scale receive gradient even where the value is exactly 0.
+///
+/// Panics when `u` is not the shape of the parameters, like Burn's own ops; [`try_sample`]
+/// returns an error instead.
 pub fn sample<B: Backend>(
     params: &LaplaceParams<B>,
     u: Tensor<B, 2>,
     threshold: &Threshold,
 ) -> Tensor<B, 2> {
+    try_sample(params, u, threshold).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Fallible [`sample`]: an error when the uniform draws `u` are not the parameters' shape.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+/// use vlgo_core::{LaplaceParams, Threshold, try_sample};
+///
+/// let device = Default::default();
+/// let q = LaplaceParams::<NdArray>::new(Tensor::zeros([2, 3], &device), Tensor::zeros([2, 3], &device)).unwrap();
+/// assert!(try_sample(&q, Tensor::zeros([2, 3], &device), &Threshold::none()).is_ok());
+/// assert!(try_sample(&q, Tensor::zeros([3, 2], &device), &Threshold::none()).is_err());
+/// ```
+pub fn try_sample<B: Backend>(
+    params: &LaplaceParams<B>,
+    u: Tensor<B, 2>,
+    threshold: &Threshold,
+) -> Result<Tensor<B, 2>> {
+    same_shape(
+        "sample",
+        "the uniform draws u must be [N, M] as the parameters",
+        params.dims(),
+        u.dims(),
+    )?;
     let eps = laplace_noise(u, params.scale());
     let raw = params.loc.clone() + eps.clone();
     if threshold.zeta == 0.0 {
-        return raw;
+        return Ok(raw);
     }
     let zeta = threshold.zeta;
     let value = match threshold.variant {
@@ -195,7 +224,25 @@ pub fn sample<B: Backend>(
             r.clone().sign() * (r.abs() - zeta).clamp_min(0.0)
         }
     };
-    raw.clone() + (value - raw).detach()
+    Ok(raw.clone() + (value - raw).detach())
+}
+
+/// An error naming `op` unless the two shapes agree.
+fn same_shape(
+    op: &'static str,
+    what: &'static str,
+    lhs: [usize; 2],
+    rhs: [usize; 2],
+) -> Result<()> {
+    if lhs != rhs {
+        return Err(VlgoError::ShapeMismatch {
+            op,
+            what,
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+        });
+    }
+    Ok(())
 }
 
 /// Below this log-scale the terms |mu1 - mu2| / s overflow f32 (e^80 ~ 5.5e34): they are computed
@@ -206,7 +253,23 @@ const LOG_SCALE_FLOOR: f64 = -80.0;
 /// |mu1 - mu2| / s2 + ln s2 - ln s1 - 1 + (s1 / s2) exp(-|mu1 - mu2| / s1), summed over M and
 /// averaged over the batch. Computed from log-scales so that an encoder scale that
 /// underflows in f32 (ln s = -104.6 at the clamp) gives a finite value, not 0 * inf = NaN.
+///
+/// Panics when the two distributions differ in shape; [`try_kl_divergence`] returns an error.
 pub fn kl_divergence<B: Backend>(q: &LaplaceParams<B>, p: &LaplaceParams<B>) -> Tensor<B, 1> {
+    try_kl_divergence(q, p).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Fallible [`kl_divergence`]: an error when q and p are not the same shape [N, M].
+pub fn try_kl_divergence<B: Backend>(
+    q: &LaplaceParams<B>,
+    p: &LaplaceParams<B>,
+) -> Result<Tensor<B, 1>> {
+    same_shape(
+        "kl_divergence",
+        "q and p must both be [N, M]",
+        q.dims(),
+        p.dims(),
+    )?;
     let [batch, _] = q.dims();
     let diff = (q.loc.clone() - p.loc.clone()).abs();
     let (ls1, ls2) = (q.log_scale.clone(), p.log_scale.clone());
@@ -214,7 +277,7 @@ pub fn kl_divergence<B: Backend>(q: &LaplaceParams<B>, p: &LaplaceParams<B>) -> 
     let inv_s2 = (-ls2.clone().clamp_min(LOG_SCALE_FLOOR)).exp();
     let last = (ls1.clone() - ls2.clone() - diff.clone() * inv_s1).exp();
     let kl = diff * inv_s2 + ls2 - ls1 - 1.0 + last;
-    kl.sum().div_scalar(batch.max(1) as f64)
+    Ok(kl.sum().div_scalar(batch.max(1) as f64))
 }
 
 /// How the learned prior is blended toward the fixed one during warm-up.

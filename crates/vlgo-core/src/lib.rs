@@ -2,7 +2,12 @@
 // Built without a backend feature, the crate ships no kernel: the kernel side of the routing
 // (`expm::backend`, `expm::autodiff`) is then unused, and every backend takes the tensor ops.
 #![cfg_attr(
-    not(any(feature = "ndarray", feature = "flex", feature = "wgpu", feature = "cuda")),
+    not(any(
+        feature = "ndarray",
+        feature = "flex",
+        feature = "wgpu",
+        feature = "cuda"
+    )),
     allow(dead_code, unused_imports)
 )]
 #![doc = include_str!("../README.md")]
@@ -25,6 +30,36 @@
 //!   the exponential's kernels, which a separate crate would need as public API of this one.
 //! * [`cpu`] (features `ndarray`, `flex`) and `gpu` (features `wgpu`, `cuda`): the kernels
 //!   behind [`ExpmBackend`]; other dtypes and backends use [`expm::tensor_ops`].
+//!
+//! ## Backends
+//!
+//! Everything here is generic over `B: Backend` and runs on every Burn backend: [`ExpmBackend`]
+//! and `layers::LayerBackend` are implemented for all of them. Where `B` is a backend whose
+//! kernels the crate's features ship (`ndarray`, `flex`: the CPU kernels; `wgpu`, `cuda`: the
+//! CubeCL kernels; each also under `Autodiff`), the exponential and the layers run those
+//! kernels; on any other backend (`burn-candle`, `burn-tch`, `Router`, ...) they run the same
+//! scheme in Burn's tensor operations, which Burn's autodiff differentiates. The test suites run
+//! on `burn-candle` to keep that path whole.
+//!
+//! ## Errors
+//!
+//! One rule throughout:
+//!
+//! * **Tensor maths whose only failure is a shape that does not fit** panics, like Burn's own
+//!   operations, and has a `try_*` twin that returns [`Result`] instead: [`expm()`] /
+//!   [`try_expm`], [`expmv()`] / [`try_expmv`], [`sample`] / [`try_sample`], [`kl_divergence`] /
+//!   [`try_kl_divergence`], `layers::conv2d` / `layers::try_conv2d`.
+//! * **Configs and anything that reads or checks user settings return [`Result`]**: every config
+//!   has `validate()` and, where it builds something, `init(&device)` (both `Result`); a call
+//!   that takes a config (`expm_with`, `expmv_with`, [`LieOperators::transport_with`], ...)
+//!   validates it. Constructors that take raw tensors or values validate them
+//!   ([`LaplaceParams::new`], [`LaplaceParams::fixed`], [`LieOperators::from_generators`]), and
+//!   fields that an invariant ties together are private behind them.
+//! * **The operators' methods and the losses return [`Result`]**
+//!   ([`LieOperators::transport`], [`manifold_loss`], ...): they check the widths a model wires
+//!   together, where a mismatch is a configuration error rather than a slip in one call.
+//! * Errors ([`VlgoError`]) and enums that may grow are `#[non_exhaustive]`. An `expect` left in
+//!   library code states an internal invariant, never a property of the caller's input.
 //!
 //! ## Choices where the paper is silent
 //!
@@ -84,7 +119,7 @@ pub mod testing;
 pub use best_of_j::{BestOfJ, best_of_j, best_of_j_seeded, best_of_j_with};
 pub use laplace::{
     FixedPrior, LaplaceParams, Threshold, ThresholdVariant, WarmupBlend, kl_divergence,
-    laplace_noise, sample, warmup_prior,
+    laplace_noise, sample, try_kl_divergence, try_sample, warmup_prior,
 };
 pub use loss::{distance_improvement, distance_improvement_tensor, manifold_loss};
 pub use operators::{

@@ -27,6 +27,7 @@
 
 mod autodiff;
 mod backend;
+mod config;
 pub(crate) mod dense;
 pub(crate) mod expmv;
 pub(crate) mod plan;
@@ -34,6 +35,7 @@ mod routing;
 pub(crate) mod scheme;
 pub(crate) mod solve;
 
+pub use config::{ExpmConfig, ExpmvConfig};
 pub use expmv::{ExpmvCheckpoints, ExpmvPlan};
 pub use routing::ExpmBackend;
 
@@ -53,108 +55,6 @@ pub enum ExpmMethod {
     Pade,
     /// Bader-Blanes-Casas Taylor of degree up to 18 in 5 products, no solve.
     Taylor,
-}
-
-/// Options of [`expm_with`].
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct ExpmConfig {
-    /// Approximation method.
-    pub method: ExpmMethod,
-}
-
-impl ExpmConfig {
-    /// Padé (the default).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets the method.
-    pub fn with_method(mut self, method: ExpmMethod) -> Self {
-        self.method = method;
-        self
-    }
-}
-
-/// Options of [`expmv_with`].
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ExpmvConfig {
-    /// Highest Taylor degree per step, 1..=24. The default 18 keeps the cancellation of terms as
-    /// large as e^theta_m within f32's accuracy bar; 24 is slightly cheaper and slightly less
-    /// accurate. (The f64 value 55 loses 2-4e-2 relative accuracy in f32.)
-    pub m_max: usize,
-    /// Early-termination tolerance relative to ||F||_inf; 2^-24 (f32 unit roundoff) by default.
-    pub tol: f64,
-    /// Shift by mu = tr(A)/n before the series (exact: exp(A) = e^mu exp(A - mu I)).
-    pub shift: bool,
-    /// Form exp(A) and multiply, per matrix, when that is cheaper than the Taylor loop.
-    pub fallback: bool,
-}
-
-impl Default for ExpmvConfig {
-    fn default() -> Self {
-        Self {
-            m_max: 18,
-            tol: 2f64.powi(-24),
-            shift: true,
-            fallback: true,
-        }
-    }
-}
-
-impl ExpmvConfig {
-    /// The defaults: m_max 18, tol 2^-24, shift and fallback on.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets the highest Taylor degree (1..=24).
-    pub fn with_m_max(mut self, m_max: usize) -> Self {
-        self.m_max = m_max;
-        self
-    }
-
-    /// Sets the early-termination tolerance (0 turns early termination off).
-    pub fn with_tol(mut self, tol: f64) -> Self {
-        self.tol = tol;
-        self
-    }
-
-    /// Turns the trace shift on or off.
-    pub fn with_shift(mut self, shift: bool) -> Self {
-        self.shift = shift;
-        self
-    }
-
-    /// Turns the per-matrix fallback to the explicit exponential on or off.
-    pub fn with_fallback(mut self, fallback: bool) -> Self {
-        self.fallback = fallback;
-        self
-    }
-
-    /// Checks the options.
-    ///
-    /// ```
-    /// use vlgo_core::ExpmvConfig;
-    /// assert!(ExpmvConfig::new().with_m_max(30).validate().is_err());
-    /// assert!(ExpmvConfig::new().with_tol(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
-        if !(1..=24).contains(&self.m_max) {
-            return Err(VlgoError::invalid(
-                "expmv m_max",
-                self.m_max,
-                "must lie in 1..=24 (f32 Taylor thetas exist up to 24)",
-            ));
-        }
-        if !(self.tol >= 0.0 && self.tol.is_finite()) {
-            return Err(VlgoError::invalid(
-                "expmv tol",
-                self.tol,
-                "must be finite and >= 0",
-            ));
-        }
-        Ok(())
-    }
 }
 
 fn check_square(op: &'static str, dims: [usize; 3]) -> Result<()> {

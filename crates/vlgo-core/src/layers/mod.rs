@@ -46,8 +46,9 @@ pub fn global_avg_pool<B: LayerBackend>(x: Tensor<B, 4>) -> Tensor<B, 2> {
 /// The convolution of `x` [N, C_in, H, W] with `weight` [C_out, C_in / groups, kh, kw], plus
 /// `bias` `[C_out]`; differentiable on `Autodiff`.
 ///
-/// Shapes and options are checked as Burn checks them (a mismatch panics there, as it does in
-/// `burn::tensor::module::conv2d`); [`conv2d_module`] is the way to call it on a module.
+/// Shapes and options are checked as Burn checks them (a mismatch panics, as it does in
+/// `burn::tensor::module::conv2d`); [`try_conv2d`] returns an error instead, and
+/// [`conv2d_module`] is the way to call it on a module.
 ///
 /// ```
 /// use burn::backend::NdArray;
@@ -78,6 +79,69 @@ pub fn conv2d<B: LayerBackend>(
         }
         None => out,
     }
+}
+
+/// Fallible [`conv2d`]: an error, not a panic, for shapes or options that do not fit: the
+/// weight's input channels times `groups` against x's channels, groups dividing the output
+/// channels, a bias of one value per output channel, non-zero strides and dilations, and a
+/// (dilated) kernel no larger than the padded input.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::prelude::*;
+/// use burn::tensor::ops::ConvOptions;
+///
+/// let device = Default::default();
+/// let x = Tensor::<NdArray, 4>::ones([2, 3, 4, 4], &device);
+/// let w = Tensor::<NdArray, 4>::ones([5, 2, 3, 3], &device); // 2 input channels, not 3
+/// let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+/// let e = vlgo_core::layers::try_conv2d(x, w, None, options).unwrap_err();
+/// assert!(e.to_string().contains("conv2d"), "{e}");
+/// ```
+pub fn try_conv2d<B: LayerBackend>(
+    x: Tensor<B, 4>,
+    weight: Tensor<B, 4>,
+    bias: Option<Tensor<B, 1>>,
+    options: ConvOptions<2>,
+) -> crate::Result<Tensor<B, 4>> {
+    let ([_, c_in, h, w], [c_out, c_group, kh, kw]) = (x.dims(), weight.dims());
+    let groups = options.groups;
+    let mut problems = Vec::new();
+    if groups == 0 || c_group * groups != c_in || c_out % groups != 0 {
+        problems.push(format!(
+            "the weight [C_out, C_in / groups, kh, kw] = {:?} with {groups} groups for {c_in} input channels",
+            weight.dims()
+        ));
+    }
+    if let Some(bias) = &bias
+        && bias.dims() != [c_out]
+    {
+        problems.push(format!("a bias of {c_out} values, not {:?}", bias.dims()));
+    }
+    if options.stride.contains(&0) || options.dilation.contains(&0) {
+        problems.push("non-zero strides and dilations".to_string());
+    }
+    for (size, (k, (pad, dil))) in [h, w].into_iter().zip(
+        [kh, kw]
+            .into_iter()
+            .zip(options.padding.into_iter().zip(options.dilation)),
+    ) {
+        if dil * k.saturating_sub(1) + 1 > size + 2 * pad {
+            problems.push(format!(
+                "a dilated kernel of {} within the padded input of {}",
+                dil * k.saturating_sub(1) + 1,
+                size + 2 * pad
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(crate::VlgoError::Shape {
+            op: "conv2d",
+            expected: problems.join("; "),
+            got: x.dims().to_vec(),
+        });
+    }
+    Ok(conv2d(x, weight, bias, options))
 }
 
 /// `conv.forward(x)` through [`conv2d`]. `Valid` and symmetric `Explicit` padding take the fast
