@@ -7,8 +7,9 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
 use vlgo_core::{
-    ExpmBackend, FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams, OperatorForm,
-    Threshold, ThresholdVariant, TransportMethod, distance_improvement, manifold_loss, sample,
+    ExpmBackend, ExpmvConfig, FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams,
+    OperatorForm, Threshold, ThresholdVariant, TransportMethod, distance_improvement, sample,
+    try_manifold_loss,
 };
 
 /// Runs the demo on `B`'s default device.
@@ -49,13 +50,13 @@ pub fn demo<B: AutodiffBackend + ExpmBackend>() -> vlgo_core::Result<()> {
         100.0 * zeros / (n * m) as f64
     );
     let z0 = Tensor::<B, 2>::random([n, d], Distribution::Normal(0.0, 1.0), &device);
-    let z1 = ops.transport(c_true, z0.clone())?.detach();
+    let z1 = ops.try_transport(c_true, z0.clone())?.detach();
 
     // Transport two ways: exp(A) z without forming exp(A), and through T = expm(A).
     let c = Tensor::<B, 2>::random([n, m], Distribution::Normal(0.0, 0.3), &device);
     for method in [TransportMethod::Expmv, TransportMethod::Expm] {
         let start = Instant::now();
-        let moved = ops.transport_with(c.clone(), z0.clone(), method)?;
+        let moved = ops.transport_with(c.clone(), z0.clone(), method, &ExpmvConfig::default())?;
         let norm = moved.square().sum().sqrt().into_scalar().to_f64();
         println!(
             "transport {method:?}: ||T(c) z0|| = {norm:.4} in {:.1} ms",
@@ -68,10 +69,10 @@ pub fn demo<B: AutodiffBackend + ExpmBackend>() -> vlgo_core::Result<()> {
     let start = Instant::now();
     for step in 0..=60 {
         let cg = c.clone().require_grad();
-        let moved = ops.transport(cg.clone(), z0.clone())?;
-        let loss = manifold_loss(moved.clone(), z1.clone())?;
+        let moved = ops.try_transport(cg.clone(), z0.clone())?;
+        let loss = try_manifold_loss(moved.clone(), z1.clone())?;
         if step % 20 == 0 {
-            let di = distance_improvement(z0.clone(), z1.clone(), moved)?;
+            let di = distance_improvement(z0.clone(), z1.clone(), moved);
             println!(
                 "step {step:>3}: manifold loss {:.3e}, distance improvement {di:.3}",
                 loss.clone().into_scalar().to_f64()

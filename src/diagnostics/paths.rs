@@ -76,7 +76,7 @@ pub fn generator_moves<B: ExpmBackend>(
         row[g] = ts[r % p] as f32;
     }
     let c = Tensor::<B, 1>::from_floats(c.as_slice(), &zs.device()).reshape([n * p, m]);
-    let moved = host(vlgo.transport(c, zs)?)?;
+    let moved = host(vlgo.try_transport(c, zs)?)?;
     Ok(moved
         .chunks_exact(k)
         .enumerate()

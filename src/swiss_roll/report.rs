@@ -235,7 +235,7 @@ pub(super) fn plot_paths<B: ExpmBackend>(
         let c = Tensor::<B, 1>::from_floats(c.as_slice(), &device).reshape([STARTS * GRID, m]);
         let z = Tensor::<B, 1>::from_floats(z.as_slice(), &device).reshape([STARTS * GRID, 3]);
         let moved = operators
-            .transport(c, z)?
+            .try_transport(c, z)?
             .into_data()
             .convert::<f32>()
             .to_vec::<f32>()

@@ -83,7 +83,7 @@ pub struct AmortisationGap {
 ///     .unwrap();
 /// let x0 = Tensor::<NdArray, 2>::from_floats([[1.0, 0.5, -0.2], [0.3, -1.0, 0.8]], &device);
 /// let c = Tensor::<NdArray, 2>::from_floats([[0.8, 0.0], [0.0, -0.6]], &device);
-/// let x1 = ops.transport(c, x0.clone()).unwrap();
+/// let x1 = ops.try_transport(c, x0.clone()).unwrap();
 /// let settings = FistaConfig::new().with_l1(0.01);
 /// let exact = fista(&ops, x0.clone(), x1.clone(), &settings).unwrap().coefficients;
 /// let gap = amortisation_gap(&ops, x0.clone(), x1.clone(), exact, &settings).unwrap();
@@ -100,7 +100,7 @@ pub fn amortisation_gap<B: ExpmBackend>(
 ) -> Result<AmortisationGap> {
     let solution = fista(operators, x0.clone(), x1.clone(), settings)?;
     let terms = |c: Tensor<B, 2>| -> Result<(f64, f64)> {
-        let mse = reconstruction(operators.transport(c.clone(), x0.clone())?, x1.clone());
+        let mse = reconstruction(operators.try_transport(c.clone(), x0.clone())?, x1.clone());
         Ok((scalar(mse), scalar(c.abs().sum_dim(1).mean())))
     };
     let (location_mse, location_l1) = terms(location)?;
@@ -259,7 +259,11 @@ where
             {
                 // Before the step, so that location and FISTA see the same operators.
                 let (x0, x1) = (x0.clone().inner(), x1.clone().inner());
-                let location = model.encoder.valid().forward(x0.clone(), x1.clone())?.loc;
+                let location = model
+                    .encoder
+                    .valid()
+                    .try_forward(x0.clone(), x1.clone())?
+                    .loc;
                 let operators = model.operators.valid();
                 acc.gap = Some(amortisation_gap(
                     &operators,
@@ -387,7 +391,7 @@ where
                     settings,
                 )?;
                 let c = Tensor::<B, 2>::from_inner(solution.coefficients);
-                let mse = reconstruction(operators.transport(c.clone(), x0)?, x1);
+                let mse = reconstruction(operators.try_transport(c.clone(), x0)?, x1);
                 let loss = mse.clone() + operators.frobenius_penalty() * fw;
                 let grads = GradientsParams::from_grads(loss.backward(), &*operators);
                 *operators = optim.step(lr_ops, operators.clone(), grads);
@@ -408,7 +412,10 @@ where
                 // step has run by now; an asynchronous backend would need a sync first.
                 let diagnostics = Instant::now();
                 let location = out.posterior.loc.clone().inner();
-                let at_location = model.operators.valid().transport(location, x0.inner())?;
+                let at_location = model
+                    .operators
+                    .valid()
+                    .try_transport(location, x0.inner())?;
                 acc.mse_at_location += scalar(reconstruction(at_location, x1.inner()));
                 let scale = out.posterior.scale().inner().mean_dim(0);
                 let scale: Vec<f64> = scale

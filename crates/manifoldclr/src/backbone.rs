@@ -119,7 +119,7 @@ impl ResNet18Config {
     ///
     /// let device = Default::default();
     /// let net = ResNet18Config::new().with_width(8).init::<NdArray>(&device).unwrap();
-    /// let features = net.forward(Tensor::zeros([2, 3, 32, 32], &device)).unwrap();
+    /// let features = net.try_forward(Tensor::zeros([2, 3, 32, 32], &device)).unwrap();
     /// assert_eq!(features.dims(), [2, 64]);
     /// ```
     pub fn init<B: Backend>(&self, device: &B::Device) -> ClrResult<ResNet18<B>> {
@@ -176,9 +176,17 @@ impl<B: Backend> ResNet18<B> {
         self.features
     }
 
-    /// Pooled features of a batch of images; an error names a wrong channel count or an empty
-    /// image.
-    pub fn forward(&self, images: Tensor<B, 4>) -> ClrResult<Tensor<B, 2>>
+    /// Pooled features of a batch of images. Panics on a wrong channel count or an empty image;
+    /// [`try_forward`](Self::try_forward) returns an error naming it instead.
+    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2>
+    where
+        B: LayerBackend,
+    {
+        self.try_forward(images).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`forward`](Self::forward): an error, not a panic, for inputs of the wrong shape.
+    pub fn try_forward(&self, images: Tensor<B, 4>) -> ClrResult<Tensor<B, 2>>
     where
         B: LayerBackend,
     {

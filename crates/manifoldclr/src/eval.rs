@@ -99,7 +99,7 @@ pub fn extract_features<B: LayerBackend>(
             ),
             device,
         );
-        let f = backbone.forward(x)?;
+        let f = backbone.try_forward(x)?;
         // Read as f32 whatever the backend's float type (f64, f16, ...).
         values.extend(crate::manifold::read_floats(f, "backbone features")?);
     }

@@ -43,7 +43,7 @@ impl<B: Backend> ProjectionHead<B> {
     ///
     /// let device = Default::default();
     /// let head = ProjectionHead::<NdArray>::new(HeadKind::Mlp, 512, 1024, 128, &device).unwrap();
-    /// assert_eq!(head.forward(Tensor::ones([4, 512], &device)).unwrap().dims(), [4, 128]);
+    /// assert_eq!(head.try_forward(Tensor::ones([4, 512], &device)).unwrap().dims(), [4, 128]);
     /// ```
     pub fn new(
         kind: HeadKind,
@@ -86,9 +86,18 @@ impl<B: Backend> ProjectionHead<B> {
         self.last.is_none()
     }
 
-    /// Projects features [B, input] (a batch of one with the MLP head in training mode is an
-    /// error: batch norm needs two).
-    pub fn forward(&self, features: Tensor<B, 2>) -> Result<Tensor<B, 2>>
+    /// Projects features [B, input]. Panics on a wrong width or on a batch of one with the MLP
+    /// head in training mode (batch norm needs two); [`try_forward`](Self::try_forward) returns
+    /// an error instead.
+    pub fn forward(&self, features: Tensor<B, 2>) -> Tensor<B, 2>
+    where
+        B: LayerBackend,
+    {
+        self.try_forward(features).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`forward`](Self::forward): an error, not a panic, for inputs of the wrong shape.
+    pub fn try_forward(&self, features: Tensor<B, 2>) -> Result<Tensor<B, 2>>
     where
         B: LayerBackend,
     {

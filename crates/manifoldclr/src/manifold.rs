@@ -14,7 +14,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 use vlgo_core::{
     ExpmBackend, FixedPrior, LaplaceParams, LieOperatorsConfig, NoiseStreams, OperatorForm,
-    Threshold, ThresholdVariant, WarmupBlend, distance_improvement_tensor, sample,
+    Threshold, ThresholdVariant, WarmupBlend, sample, try_distance_improvement_tensor,
 };
 use vlgo_nn::{Vlgo, VlgoConfig};
 
@@ -366,7 +366,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         }
     };
     let step = vlgo.step(scaled(&z0), scaled(&z1), &streams, iteration)?;
-    let di = distance_improvement_tensor(z0.clone(), z1, step.transported.clone().detach())?;
+    let di = try_distance_improvement_tensor(z0.clone(), z1, step.transported.clone().detach())?;
     // The learned prior of this iteration, which the KL targets, also draws the augmentation
     // (unless S2 or S4): one prior pass serves both.
     let prior = step.prior.clone();
@@ -396,7 +396,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         let u = streams.uniform_centered(iteration, AUGMENT_STREAM, rows * m);
         let u = Tensor::<B, 1>::from_floats(u.as_slice(), &z0.device()).reshape([rows, m]);
         let c = sample(&prior, u, &vlgo.threshold);
-        Some(vlgo.transport(c, z0)?)
+        Some(vlgo.try_transport(c, z0)?)
     };
     Ok((
         anchor,

@@ -353,7 +353,9 @@ impl<B: Backend> ContrastiveModel<B> {
             ));
         }
         let n = view0.dims()[0];
-        let features = self.backbone.forward(Tensor::cat(vec![view0, view1], 0))?;
+        let features = self
+            .backbone
+            .try_forward(Tensor::cat(vec![view0, view1], 0))?;
         let d = self.contrast_dims.min(features.dims()[1]);
         let z0 = features.clone().slice([0..n, 0..d]);
         let z1 = features.clone().slice([n..2 * n, 0..d]);
@@ -378,11 +380,11 @@ impl<B: Backend> ContrastiveModel<B> {
             (None, _) => (None, None),
         };
         let loss_nce = if !self.head.is_identity() {
-            let projected = self.head.forward(features.clone())?;
+            let projected = self.head.try_forward(features.clone())?;
             let h1 = projected.clone().narrow(0, n, n);
             // h(z0~) is its own pass (own batch-norm statistics).
             let h0 = match anchor {
-                Some(a) => self.head.forward(a)?,
+                Some(a) => self.head.try_forward(a)?,
                 None => projected.narrow(0, 0, n),
             };
             info_nce(h0, h1, None, &self.loss)?

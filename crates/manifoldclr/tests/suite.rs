@@ -153,7 +153,9 @@ fn resnet18_has_torchvisions_shape_and_initialisation() {
     // 3 x 3 instead of 7 x 7 (64 * 3 * (49 - 9) = 7,680 fewer), and Burn counts the running
     // means and variances of the 4,800 batch-norm channels too.
     assert_eq!(net.num_params(), 11_176_512 - 7_680 + 2 * 4_800);
-    let features = net.forward(Tensor::zeros([2, 3, 32, 32], &device)).unwrap();
+    let features = net
+        .try_forward(Tensor::zeros([2, 3, 32, 32], &device))
+        .unwrap();
     assert_eq!(features.dims(), [2, 512]);
 
     // Kaiming-normal, fan-out: the last block's 3 x 3 conv (512 -> 512) has std sqrt(2 / 4608).
@@ -198,12 +200,12 @@ fn resnet18_has_torchvisions_shape_and_initialisation() {
     // Candle has no padded max-pool (the stem's): this shape is checked on the other backends.
     if !<B as Backend>::name(&device).contains("candle") {
         let features = small
-            .forward(Tensor::zeros([1, 1, 64, 64], &device))
+            .try_forward(Tensor::zeros([1, 1, 64, 64], &device))
             .unwrap();
         assert_eq!(features.dims(), [1, 128]);
     }
     let e = small
-        .forward(Tensor::zeros([1, 3, 64, 64], &device))
+        .try_forward(Tensor::zeros([1, 3, 64, 64], &device))
         .unwrap_err();
     assert!(e.to_string().contains("[batch, 1,"), "{e}");
     assert!(
@@ -225,7 +227,7 @@ fn heads_have_the_protocols_shapes() {
     ] {
         let head = ProjectionHead::<AD>::new(kind, 512, 1024, 128, &device).unwrap();
         assert_eq!(
-            head.forward(x.clone()).unwrap().dims(),
+            head.try_forward(x.clone()).unwrap().dims(),
             [4, out],
             "{kind:?}"
         );
@@ -236,8 +238,8 @@ fn heads_have_the_protocols_shapes() {
         mlp.num_params(),
         512 * 1024 + 1024 + 4 * 1024 + 1024 * 128 + 128
     );
-    assert!(mlp.forward(Tensor::ones([1, 512], &device)).is_err());
-    assert!(mlp.forward(Tensor::ones([4, 100], &device)).is_err());
+    assert!(mlp.try_forward(Tensor::ones([1, 512], &device)).is_err());
+    assert!(mlp.try_forward(Tensor::ones([4, 100], &device)).is_err());
 }
 
 #[test]
@@ -273,7 +275,7 @@ fn every_method_trains_one_step_and_names_parse() {
         assert!(nce.is_finite() && nce >= 0.0, "{method}: {nce}");
         if method == Method::SimClrMlp {
             // The plain pair through the head, contrasted by hand on the host.
-            let h = model.head.forward(step.features.clone()).unwrap();
+            let h = model.head.try_forward(step.features.clone()).unwrap();
             let d = h.dims()[1];
             let h: Vec<f32> = h.into_data().convert::<f32>().into_vec().unwrap();
             let rows: Vec<Vec<f32>> = h.chunks(d).map(<[f32]>::to_vec).collect();
@@ -348,7 +350,7 @@ fn clipping_bounds_each_groups_global_norm() {
     AD::seed(&device, 3);
     let head = ProjectionHead::<AD>::new(HeadKind::Mlp, 16, 32, 8, &device).unwrap();
     let x = Tensor::<AD, 2>::random([6, 16], burn::tensor::Distribution::Default, &device);
-    let loss = head.forward(x).unwrap().square().sum() * 1000.0;
+    let loss = head.try_forward(x).unwrap().square().sum() * 1000.0;
     let mut grads = GradientsParams::from_grads(loss.backward(), &head);
     let mut norm = |max| -> f32 {
         manifoldclr::clip_global_norm(&head, &mut grads, max)

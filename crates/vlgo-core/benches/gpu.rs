@@ -283,7 +283,7 @@ fn best_of<B: ExpmBackend>(name: &str, args: &Args, memory: Option<MemoryProbe<B
         });
         let formed = time(args.reps, || {
             let a = operators
-                .generator(c.clone())
+                .try_generator(c.clone())
                 .unwrap()
                 .reshape([problems, block, block]);
             let _y = expmv_with(a, v.clone(), &cfg).unwrap();

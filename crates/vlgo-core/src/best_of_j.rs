@@ -4,7 +4,7 @@ use burn::module::Module;
 use burn::prelude::*;
 
 use crate::error::{Result, VlgoError};
-use crate::expm::ExpmBackend;
+use crate::expm::{ExpmBackend, ExpmvConfig};
 use crate::laplace::{LaplaceParams, Threshold, sample};
 use crate::operators::{LieOperators, TransportMethod};
 use crate::rng::NoiseStreams;
@@ -129,8 +129,12 @@ pub fn best_of_j_with<B: ExpmBackend>(
             log_scale: fixed.log_scale.clone().repeat_dim(0, k),
         };
         let c = sample(&stacked, u.clone(), threshold);
-        let err = (frozen.transport_with(c, z0d.clone().repeat_dim(0, k), method)?
-            - z1d.clone().repeat_dim(0, k))
+        let err = (frozen.transport_with(
+            c,
+            z0d.clone().repeat_dim(0, k),
+            method,
+            &ExpmvConfig::default(),
+        )? - z1d.clone().repeat_dim(0, k))
         .square()
         .sum_dim(1)
         .reshape([k, n]);

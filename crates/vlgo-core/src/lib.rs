@@ -48,16 +48,16 @@
 //! * **Tensor maths whose only failure is a shape that does not fit** panics, like Burn's own
 //!   operations, and has a `try_*` twin that returns [`Result`] instead: [`expm()`] /
 //!   [`try_expm`], [`expmv()`] / [`try_expmv`], [`sample`] / [`try_sample`], [`kl_divergence`] /
-//!   [`try_kl_divergence`], `layers::conv2d` / `layers::try_conv2d`.
+//!   [`try_kl_divergence`], [`manifold_loss`] / [`try_manifold_loss`], the distance improvement,
+//!   the operators' [`LieOperators::transport`] / [`LieOperators::try_transport`] (and
+//!   `generator`, `transforms`, `transport_pullback`, `usage_count`), `layers::conv2d` /
+//!   `layers::try_conv2d`.
 //! * **Configs and anything that reads or checks user settings return [`Result`]**: every config
 //!   has `validate()` and, where it builds something, `init(&device)` (both `Result`); a call
 //!   that takes a config (`expm_with`, `expmv_with`, [`LieOperators::transport_with`], ...)
 //!   validates it. Constructors that take raw tensors or values validate them
 //!   ([`LaplaceParams::new`], [`LaplaceParams::fixed`], [`LieOperators::from_generators`]), and
 //!   fields that an invariant ties together are private behind them.
-//! * **The operators' methods and the losses return [`Result`]**
-//!   ([`LieOperators::transport`], [`manifold_loss`], ...): they check the widths a model wires
-//!   together, where a mismatch is a configuration error rather than a slip in one call.
 //! * Errors ([`VlgoError`]) and enums that may grow are `#[non_exhaustive]`. An `expect` left in
 //!   library code states an internal invariant, never a property of the caller's input.
 //!
@@ -121,7 +121,10 @@ pub use laplace::{
     FixedPrior, LaplaceParams, Threshold, ThresholdVariant, WarmupBlend, kl_divergence,
     laplace_noise, sample, try_kl_divergence, try_sample, warmup_prior,
 };
-pub use loss::{distance_improvement, distance_improvement_tensor, manifold_loss};
+pub use loss::{
+    distance_improvement, distance_improvement_tensor, manifold_loss, try_distance_improvement,
+    try_distance_improvement_tensor, try_manifold_loss,
+};
 pub use operators::{
     BlockLayout, LieOperators, LieOperatorsConfig, OperatorForm, OperatorInit, TransportMethod,
     TransportPullback,

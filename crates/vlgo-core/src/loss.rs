@@ -20,7 +20,17 @@ fn check_pair<B: Backend>(op: &'static str, a: &Tensor<B, 2>, b: &Tensor<B, 2>) 
 ///
 /// The target is detached (stop-gradient); z_hat is not, so the loss also trains whatever produced
 /// z0. The mean over features follows the public code (the paper's sum is a factor d larger).
-pub fn manifold_loss<B: Backend>(z_hat: Tensor<B, 2>, z1: Tensor<B, 2>) -> Result<Tensor<B, 1>> {
+///
+/// Panics when the two batches differ in shape; [`try_manifold_loss`] returns an error.
+pub fn manifold_loss<B: Backend>(z_hat: Tensor<B, 2>, z1: Tensor<B, 2>) -> Tensor<B, 1> {
+    try_manifold_loss(z_hat, z1).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Fallible [`manifold_loss`].
+pub fn try_manifold_loss<B: Backend>(
+    z_hat: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+) -> Result<Tensor<B, 1>> {
     check_pair("manifold_loss", &z_hat, &z1)?;
     Ok((z_hat - z1.detach()).square().mean())
 }
@@ -28,12 +38,24 @@ pub fn manifold_loss<B: Backend>(z_hat: Tensor<B, 2>, z1: Tensor<B, 2>) -> Resul
 /// Distance improvement DI = mean_n ||z1 - z_hat||^2 / (||z1 - z0||^2 + 1e-6), a diagnostic
 /// (no gradient). DI < 1 means the operators move z0 toward z1; a falling loss with DI >= 1
 /// means collapse, not learning.
+///
+/// Panics when the three batches differ in shape; [`try_distance_improvement`] returns an
+/// error.
 pub fn distance_improvement<B: Backend>(
     z0: Tensor<B, 2>,
     z1: Tensor<B, 2>,
     z_hat: Tensor<B, 2>,
+) -> f64 {
+    try_distance_improvement(z0, z1, z_hat).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Fallible [`distance_improvement`].
+pub fn try_distance_improvement<B: Backend>(
+    z0: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+    z_hat: Tensor<B, 2>,
 ) -> Result<f64> {
-    Ok(distance_improvement_tensor(z0, z1, z_hat)?
+    Ok(try_distance_improvement_tensor(z0, z1, z_hat)?
         .into_scalar()
         .to_f64())
 }
@@ -50,10 +72,22 @@ pub fn distance_improvement<B: Backend>(
 /// let z0 = Tensor::<NdArray, 2>::from_floats([[0.0, 0.0]], &device);
 /// let z1 = Tensor::<NdArray, 2>::from_floats([[2.0, 0.0]], &device);
 /// let halfway = Tensor::<NdArray, 2>::from_floats([[1.0, 0.0]], &device);
-/// let di = distance_improvement_tensor(z0, z1, halfway).unwrap();
+/// let di = distance_improvement_tensor(z0, z1, halfway);
 /// assert!((di.into_scalar() - 0.25).abs() < 1e-6);
 /// ```
+///
+/// Panics when the three batches differ in shape; [`try_distance_improvement_tensor`] returns
+/// an error.
 pub fn distance_improvement_tensor<B: Backend>(
+    z0: Tensor<B, 2>,
+    z1: Tensor<B, 2>,
+    z_hat: Tensor<B, 2>,
+) -> Tensor<B, 1> {
+    try_distance_improvement_tensor(z0, z1, z_hat).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Fallible [`distance_improvement_tensor`].
+pub fn try_distance_improvement_tensor<B: Backend>(
     z0: Tensor<B, 2>,
     z1: Tensor<B, 2>,
     z_hat: Tensor<B, 2>,

@@ -320,7 +320,14 @@ impl<B: Backend> LieOperators<B> {
     }
 
     /// Generators for coefficients c [N, M]: A(c)[n, s] = sum_m c[n, m] Psi[m, s], [N, S, b, b].
-    pub fn generator(&self, c: Tensor<B, 2>) -> VlgoResult<Tensor<B, 4>> {
+    ///
+    /// Panics when c is not [N, M]; [`try_generator`](Self::try_generator) returns an error.
+    pub fn generator(&self, c: Tensor<B, 2>) -> Tensor<B, 4> {
+        self.try_generator(c).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`generator`](Self::generator).
+    pub fn try_generator(&self, c: Tensor<B, 2>) -> VlgoResult<Tensor<B, 4>> {
         self.check_coefficients("LieOperators::generator", &c)?;
         let [m, s, b, _] = self.psi.dims();
         let n = c.dims()[0];
@@ -350,7 +357,14 @@ impl<B: Backend> LieOperators<B> {
     }
 
     /// Number of generators used by at least one coefficient sample of `c` [N, M] (non-zero).
-    pub fn usage_count(&self, c: Tensor<B, 2>) -> VlgoResult<usize> {
+    ///
+    /// Panics when c is not [N, M]; [`try_usage_count`](Self::try_usage_count) returns an error.
+    pub fn usage_count(&self, c: Tensor<B, 2>) -> usize {
+        self.try_usage_count(c).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`usage_count`](Self::usage_count).
+    pub fn try_usage_count(&self, c: Tensor<B, 2>) -> VlgoResult<usize> {
         self.check_coefficients("LieOperators::usage_count", &c)?;
         let used = c.abs().max_dim(0).greater_elem(0.0);
         Ok(used.int().sum().into_scalar().to_i64() as usize)
@@ -408,8 +422,15 @@ impl<B: ExpmBackend> LieOperators<B> {
     }
 
     /// T(c) = expm(A(c)) per block, [N, S, b, b].
-    pub fn transforms(&self, c: Tensor<B, 2>) -> VlgoResult<Tensor<B, 4>> {
-        crate::expm::try_expm_nd(self.generator(c)?)
+    ///
+    /// Panics when c is not [N, M]; [`try_transforms`](Self::try_transforms) returns an error.
+    pub fn transforms(&self, c: Tensor<B, 2>) -> Tensor<B, 4> {
+        self.try_transforms(c).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`transforms`](Self::transforms).
+    pub fn try_transforms(&self, c: Tensor<B, 2>) -> VlgoResult<Tensor<B, 4>> {
+        crate::expm::try_expm_nd(self.try_generator(c)?)
     }
 
     /// Transport z_hat = T(c) z for coefficients c [N, M] and features z [N, d], block by block,
@@ -424,18 +445,39 @@ impl<B: ExpmBackend> LieOperators<B> {
     /// let ops = LieOperatorsConfig::new(3, 4).init::<NdArray>(&device).unwrap();
     /// let z = Tensor::<NdArray, 2>::ones([2, 4], &device);
     /// let c = Tensor::<NdArray, 2>::zeros([2, 3], &device);
-    /// let moved = ops.transport(c, z.clone()).unwrap(); // c = 0: T = I
+    /// let moved = ops.transport(c, z.clone()); // c = 0: T = I
     /// assert!((moved - z).abs().max().into_scalar() < 1e-6);
     /// ```
-    pub fn transport(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
-        self.transport_with(c, z, TransportMethod::Expmv)
+    ///
+    /// Panics when c is not [N, M] or z not [N, d]; [`try_transport`](Self::try_transport)
+    /// returns an error instead.
+    pub fn transport(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.try_transport(c, z).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`transport`](Self::transport).
+    pub fn try_transport(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
+        self.transport_with(c, z, TransportMethod::Expmv, &ExpmvConfig::default())
     }
 
     /// [`transport`](Self::transport) together with its pullback to the coefficients: the
     /// gradient of sum_n <g_n, T(c_n) z_n> w.r.t. c for any g, through the exponential's own
     /// backward and without an autodiff graph (sparse inference takes hundreds of such
     /// gradients per batch with the operators fixed).
+    ///
+    /// Panics on shapes that do not fit, as [`transport`](Self::transport) does;
+    /// [`try_transport_pullback`](Self::try_transport_pullback) returns an error instead.
     pub fn transport_pullback(
+        &self,
+        c: Tensor<B, 2>,
+        z: Tensor<B, 2>,
+    ) -> (Tensor<B, 2>, TransportPullback<B>) {
+        self.try_transport_pullback(c, z)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`transport_pullback`](Self::transport_pullback).
+    pub fn try_transport_pullback(
         &self,
         c: Tensor<B, 2>,
         z: Tensor<B, 2>,
@@ -457,18 +499,36 @@ impl<B: ExpmBackend> LieOperators<B> {
         ))
     }
 
-    /// [`transport`](Self::transport) with a choice of method.
+    /// [`transport`](Self::transport) with a choice of method and the options of the
+    /// exponential-times-vector (`config`, validated here; the `Expm` method does not use it).
+    ///
+    /// ```
+    /// use burn::backend::NdArray;
+    /// use burn::prelude::*;
+    /// use vlgo_core::{ExpmvConfig, LieOperatorsConfig, TransportMethod};
+    ///
+    /// let device = Default::default();
+    /// let ops = LieOperatorsConfig::new(3, 4).init::<NdArray>(&device).unwrap();
+    /// let (c, z) = (Tensor::zeros([2, 3], &device), Tensor::ones([2, 4], &device));
+    /// let config = ExpmvConfig::new().with_m_max(24);
+    /// let moved = ops.transport_with(c.clone(), z.clone(), TransportMethod::Expmv, &config).unwrap();
+    /// assert_eq!(moved.dims(), [2, 4]);
+    /// let bad = ExpmvConfig::new().with_m_max(0);
+    /// assert!(ops.transport_with(c, z, TransportMethod::Expmv, &bad).is_err());
+    /// ```
     pub fn transport_with(
         &self,
         c: Tensor<B, 2>,
         z: Tensor<B, 2>,
         method: TransportMethod,
+        config: &ExpmvConfig,
     ) -> VlgoResult<Tensor<B, 2>> {
+        config.validate()?;
         self.check_features("LieOperators::transport", &c, &z)?;
         let moved = match method {
             TransportMethod::Expmv => {
                 let (a, v) = self.block_problems(c, &z)?;
-                expmv_with(a, v, &ExpmvConfig::default())?
+                expmv_with(a, v, config)?
             }
             TransportMethod::Expm => {
                 let (a, v) = self.block_problems(c, &z)?;
@@ -476,12 +536,9 @@ impl<B: ExpmBackend> LieOperators<B> {
                     .matmul(v.unsqueeze_dim::<3>(2))
                     .squeeze_dim::<2>(2)
             }
-            TransportMethod::Generated => expmv_generated(
-                c,
-                self.psi.val(),
-                self.block_vectors(&z),
-                &ExpmvConfig::default(),
-            )?,
+            TransportMethod::Generated => {
+                expmv_generated(c, self.psi.val(), self.block_vectors(&z), config)?
+            }
         };
         Ok(self.reassemble(moved, z))
     }
@@ -494,7 +551,7 @@ impl<B: ExpmBackend> LieOperators<B> {
         z: &Tensor<B, 2>,
     ) -> VlgoResult<(Tensor<B, 3>, Tensor<B, 2>)> {
         let (s, b) = self.blocks();
-        let a = self.generator(c)?.reshape([z.dims()[0] * s, b, b]);
+        let a = self.try_generator(c)?.reshape([z.dims()[0] * s, b, b]);
         Ok((a, self.block_vectors(z)))
     }
 
@@ -533,7 +590,16 @@ pub struct TransportPullback<B: ExpmBackend> {
 
 impl<B: ExpmBackend> TransportPullback<B> {
     /// d/dc of sum_n <g_n, T(c_n) z_n> for g = `grad` [N, d], as [N, M].
-    pub fn coefficients(&self, grad: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
+    ///
+    /// Panics when `grad` is not the transport's shape; [`try_coefficients`](Self::try_coefficients)
+    /// returns an error instead.
+    pub fn coefficients(&self, grad: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.try_coefficients(grad)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`coefficients`](Self::coefficients).
+    pub fn try_coefficients(&self, grad: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
         let [n, d, s, b] = self.shape;
         if grad.dims() != [n, d] {
             return Err(VlgoError::Shape {

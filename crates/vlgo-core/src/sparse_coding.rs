@@ -232,7 +232,7 @@ fn solve<B: ExpmBackend>(
     let m = operators.num_operators();
     let device = z0.device();
     let smooth = |c: Tensor<B, 2>| -> VlgoResult<Tensor<B, 1>> {
-        Ok((operators.transport(c, z0.clone())? - z1.clone())
+        Ok((operators.try_transport(c, z0.clone())? - z1.clone())
             .square()
             .sum_dim(1)
             .reshape([n]))
@@ -250,10 +250,10 @@ fn solve<B: ExpmBackend>(
     let mut trials = 0;
     let mut lipschitz = Tensor::<B, 1>::full([n], config.initial_lipschitz, &device);
     for k in 1..=config.max_iterations {
-        let (moved, pullback) = operators.transport_pullback(y.clone(), z0.clone())?;
+        let (moved, pullback) = operators.try_transport_pullback(y.clone(), z0.clone())?;
         let r = moved - z1.clone();
         let fy = r.clone().square().sum_dim(1).reshape([n]);
-        let grad = pullback.coefficients(r * 2.0)?;
+        let grad = pullback.try_coefficients(r * 2.0)?;
 
         // Rounding noise of f = ||r||^2 is about 2 ||r|| eps ||z1|| (the residual is a
         // difference of vectors of size ||z1||): without this slack, a datum fitted to within

@@ -179,8 +179,14 @@ pub struct CoefficientEncoder<B: Backend> {
 
 impl<B: Backend> CoefficientEncoder<B> {
     /// Encodes the pair: input cat(sg(z0), sg(z1)); mu = clamp(h_mu, -5, 5) + shift_prior,
-    /// log_s = clamp(h_s, -100, 3) + ln(scale_prior).
-    pub fn forward(&self, z0: Tensor<B, 2>, z1: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
+    /// log_s = clamp(h_s, -100, 3) + ln(scale_prior). Panics unless z0 and z1 are both [N, d];
+    /// [`try_forward`](Self::try_forward) returns an error instead.
+    pub fn forward(&self, z0: Tensor<B, 2>, z1: Tensor<B, 2>) -> LaplaceParams<B> {
+        self.try_forward(z0, z1).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`forward`](Self::forward): an error, not a panic, for inputs of the wrong shape.
+    pub fn try_forward(&self, z0: Tensor<B, 2>, z1: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         let d = self.feature_dim;
         if z0.dims() != z1.dims() || z0.dims()[1] != d {
             return Err(VlgoError::ShapeMismatch {
@@ -228,7 +234,7 @@ mod tests {
         let z0 = Tensor::<B, 2>::from_floats([[3.0, -1.0, 14.0], [0.0, -2.5, 2.0]], &device);
         let z1 = Tensor::<B, 2>::from_floats([[1.0, 0.0, 6.0], [5.0, -3.0, 10.0]], &device);
         // Parameters initialise lazily, each clone on its own: a forward pass fixes them first.
-        let a = with.forward(z0.clone(), z1.clone()).unwrap();
+        let a = with.try_forward(z0.clone(), z1.clone()).unwrap();
         let mut without = with.clone();
         without.input_norm = None;
         let standard = |z: Tensor<B, 2>| {
@@ -236,7 +242,7 @@ mod tests {
             let std = Tensor::<B, 1>::from_floats([2.0, 0.5, 4.0], &device).reshape([1, 3]);
             (z - mean) / std
         };
-        let b = without.forward(standard(z0), standard(z1)).unwrap();
+        let b = without.try_forward(standard(z0), standard(z1)).unwrap();
         let diff =
             |x: Tensor<B, 2>, y: Tensor<B, 2>| -> f32 { x.sub(y).abs().max().into_scalar().elem() };
         assert!(diff(a.loc.clone(), b.loc.clone()) < 1e-5);
@@ -246,7 +252,7 @@ mod tests {
             Tensor::<B, 2>::from_floats([[3.0, -1.0, 14.0], [0.0, -2.5, 2.0]], &device),
             Tensor::<B, 2>::from_floats([[1.0, 0.0, 6.0], [5.0, -3.0, 10.0]], &device),
         );
-        assert!(diff(a.loc, raw.unwrap().loc) > 1e-4);
+        assert!(diff(a.loc, raw.loc) > 1e-4);
     }
 
     #[test]

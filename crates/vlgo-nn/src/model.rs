@@ -4,7 +4,7 @@
 use burn::prelude::*;
 use vlgo_core::{
     ExpmBackend, FixedPrior, LaplaceParams, LieOperators, LieOperatorsConfig, NoiseStreams,
-    Threshold, VlgoError, WarmupBlend, best_of_j_seeded, kl_divergence, manifold_loss, sample,
+    Threshold, VlgoError, WarmupBlend, best_of_j_seeded, kl_divergence, sample, try_manifold_loss,
     warmup_prior,
 };
 
@@ -180,14 +180,14 @@ pub struct VlgoStep<B: Backend> {
 impl<B: Backend> Vlgo<B> {
     /// The encoder's Laplace distribution q(c | z0, z1).
     pub fn infer(&self, z0: Tensor<B, 2>, z1: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
-        self.encoder.forward(z0, z1)
+        self.encoder.try_forward(z0, z1)
     }
 
     /// The prior's distribution for z0: the learned prior when there is one (fully warmed, as
     /// evaluation and downstream sampling use it), else the fixed one.
     pub fn prior_params(&self, z0: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         match &self.prior {
-            Some(prior) => prior.forward(z0),
+            Some(prior) => prior.try_forward(z0),
             None => self.fixed_params(&z0),
         }
     }
@@ -225,7 +225,7 @@ impl<B: Backend> Vlgo<B> {
     pub fn prior_at(&self, z0: Tensor<B, 2>, t: u64) -> VlgoResult<LaplaceParams<B>> {
         Ok(match &self.prior {
             Some(prior) => warmup_prior(
-                &prior.forward(z0)?,
+                &prior.try_forward(z0)?,
                 &self.fixed_prior,
                 t,
                 self.prior_warmup,
@@ -251,9 +251,15 @@ impl<B: ExpmBackend> Vlgo<B> {
         Ok(sample(&params, u, &self.threshold))
     }
 
-    /// T(c) z.
-    pub fn transport(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
+    /// T(c) z. Panics on shapes that do not fit; [`try_transport`](Self::try_transport)
+    /// returns an error instead.
+    pub fn transport(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> Tensor<B, 2> {
         self.operators.transport(c, z)
+    }
+
+    /// Fallible [`transport`](Self::transport).
+    pub fn try_transport(&self, c: Tensor<B, 2>, z: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
+        self.operators.try_transport(c, z)
     }
 
     /// The variational step's forward pass: infer q(c | z0, z1), draw J samples from host streams
@@ -306,9 +312,9 @@ impl<B: ExpmBackend> Vlgo<B> {
             let u = Tensor::<B, 1>::from_floats(u.as_slice(), &z0.device()).reshape([n, m]);
             sample(&posterior, u, &self.threshold)
         };
-        let transported = self.transport(coefficients.clone(), z0.clone())?;
+        let transported = self.try_transport(coefficients.clone(), z0.clone())?;
         let manifold_loss = if self.detach_target {
-            manifold_loss(transported.clone(), z1)?
+            try_manifold_loss(transported.clone(), z1)?
         } else {
             (transported.clone() - z1).square().mean()
         };

@@ -67,8 +67,14 @@ pub struct CoefficientPrior<B: Backend> {
 }
 
 impl<B: Backend> CoefficientPrior<B> {
-    /// Input sg(z0); log_s = min(h_s, 3) + ln(scale_prior), mu = clamp(h_mu, -5, 5).
-    pub fn forward(&self, z0: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
+    /// Input sg(z0); log_s = min(h_s, 3) + ln(scale_prior), mu = clamp(h_mu, -5, 5). Panics
+    /// unless z0 is [N, d]; [`try_forward`](Self::try_forward) returns an error instead.
+    pub fn forward(&self, z0: Tensor<B, 2>) -> LaplaceParams<B> {
+        self.try_forward(z0).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`forward`](Self::forward): an error, not a panic, for inputs of the wrong shape.
+    pub fn try_forward(&self, z0: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         if z0.dims()[1] != self.feature_dim {
             return Err(VlgoError::Shape {
                 op: "CoefficientPrior::forward",

@@ -24,7 +24,7 @@ fn encoder_heads_respect_their_clamps_and_the_kl_stays_finite_on_extreme_input()
         .init::<B>(&device)
         .unwrap();
     let z = Tensor::<B, 2>::ones([2, 4], &device) * 1e6;
-    let q = encoder.forward(z.clone(), -z).unwrap();
+    let q = encoder.try_forward(z.clone(), -z).unwrap();
     let mu_offset = q.loc.clone() - 0.05;
     assert!(max_abs(mu_offset) <= 5.0 + 1e-4);
     let ls = q.log_scale.clone() - prior.scale.ln();
@@ -45,11 +45,13 @@ fn prior_network_gives_one_distribution_per_datum() {
         .with_width(4)
         .init::<B>(&device)
         .unwrap();
-    let p = prior.forward(Tensor::ones([3, 6], &device)).unwrap();
+    let p = prior.try_forward(Tensor::ones([3, 6], &device)).unwrap();
     assert_eq!(p.dims(), [3, 5]);
     let ls = p.log_scale - FixedPrior::default().scale.ln();
     assert!(ls.max().into_scalar().to_f32() <= 3.0 + 1e-4);
-    let e = prior.forward(Tensor::ones([3, 7], &device)).unwrap_err();
+    let e = prior
+        .try_forward(Tensor::ones([3, 7], &device))
+        .unwrap_err();
     assert!(e.to_string().contains("d = 6"), "{e}");
 }
 
@@ -231,7 +233,12 @@ fn the_prior_warms_up_from_the_fixed_one_over_w_iterations() {
         burn::tensor::Distribution::Normal(0.0, 1.0),
         &device,
     );
-    let learned = model.prior.as_ref().unwrap().forward(z0.clone()).unwrap();
+    let learned = model
+        .prior
+        .as_ref()
+        .unwrap()
+        .try_forward(z0.clone())
+        .unwrap();
     let close = |a: Tensor<B, 2>, b: Tensor<B, 2>| max_abs(a - b) < 1e-5;
     let start = model.prior_at(z0.clone(), 0).unwrap();
     assert!(max_abs(start.loc.clone() - 0.05) < 1e-6);
@@ -274,7 +281,7 @@ fn best_of_j_starts_at_its_configured_iteration_and_picks_each_datums_best() {
     let z1 = z0.clone() * 0.8 - 0.2;
     let q = model.infer(z0.clone(), z1.clone()).unwrap();
     let error = |c: Tensor<B, 2>| {
-        let moved = model.transport(c, z0.clone()).unwrap();
+        let moved = model.try_transport(c, z0.clone()).unwrap();
         (moved - z1.clone())
             .square()
             .sum_dim(1)

@@ -75,7 +75,7 @@ pub fn transport_features<B: ExpmBackend>(
     let [_, d] = z.dims();
     let (s, b) = vlgo.operators.blocks();
     let k = s * b;
-    let moved = vlgo.transport(c, z.clone().narrow(1, 0, k))?;
+    let moved = vlgo.try_transport(c, z.clone().narrow(1, 0, k))?;
     Ok(match k < d {
         true => Tensor::cat(vec![moved, z.narrow(1, k, d - k)], 1),
         false => moved,
