@@ -324,6 +324,10 @@ pub struct ProbeConfig {
     pub seed: u64,
 }
 
+/// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand: Burn's
+/// derive drops the serde field attributes that let a TOML run config leave settings out.
+impl burn::config::Config for ProbeConfig {}
+
 impl Default for ProbeConfig {
     fn default() -> Self {
         Self {

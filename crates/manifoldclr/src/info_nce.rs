@@ -40,6 +40,10 @@ pub struct InfoNceConfig {
     pub keep_self: bool,
 }
 
+/// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand: Burn's
+/// derive drops the serde field attributes that let a TOML run config leave settings out.
+impl burn::config::Config for InfoNceConfig {}
+
 impl InfoNceConfig {
     /// The variant with a projection head: cosine similarity, tau = 0.5, self excluded.
     pub fn cosine() -> Self {

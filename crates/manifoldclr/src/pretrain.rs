@@ -41,6 +41,10 @@ pub struct GroupConfig {
     pub clip: Option<f64>,
 }
 
+/// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand: Burn's
+/// derive drops the serde field attributes that let a TOML run config leave settings out.
+impl burn::config::Config for GroupConfig {}
+
 impl GroupConfig {
     /// The operators' group (the paper's appendix): lr 1e-3, weight decay 1e-3, clipping at 0.1.
     pub fn operators() -> Self {
@@ -92,6 +96,10 @@ pub struct PretrainConfig {
     #[serde(default = "default_spectrum_every")]
     pub spectrum_every: usize,
 }
+
+/// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand: Burn's
+/// derive drops the serde field attributes that let a TOML run config leave settings out.
+impl burn::config::Config for PretrainConfig {}
 
 fn default_spectrum_every() -> usize {
     10
@@ -296,9 +304,9 @@ pub struct ManifoldLog {
     pub variational_grad_norm: f64,
 }
 
-/// Backends that pre-train: autodiff over an inner backend, both convolving through
-/// [`LayerBackend`] (the inner one evaluates). `Autodiff<Flex>`, `Autodiff<NdArray>` and the GPU
-/// backends under `Autodiff` are.
+/// Backends that pre-train: every autodiff backend (`Autodiff<B>` over any Burn backend; the
+/// bounds hold for all of them, since [`LayerBackend`] and [`ExpmBackend`] are implemented for
+/// every backend, and name what the training calls).
 pub trait TrainBackend:
     AutodiffBackend<InnerBackend: LayerBackend + ExpmBackend> + LayerBackend + ExpmBackend
 {

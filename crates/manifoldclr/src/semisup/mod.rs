@@ -185,6 +185,10 @@ pub struct SemisupConfig {
     pub splits_at_once: usize,
 }
 
+/// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand: Burn's
+/// derive drops the serde field attributes that let a TOML run config leave settings out.
+impl burn::config::Config for SemisupConfig {}
+
 impl Default for SemisupConfig {
     fn default() -> Self {
         Self {

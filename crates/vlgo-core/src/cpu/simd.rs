@@ -4,6 +4,11 @@
 //! vectorises; they are compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the
 //! CPU has is chosen once at run time, so one binary runs everywhere and uses AVX-512 where it
 //! exists.
+//!
+//! The `try_into().unwrap()` calls turn a slice of a fixed-width strip into an array of that
+//! width; the loop bounds give every such slice exactly W (or R, PANEL) entries, so they never
+//! fail (and compile to nothing once the bounds are known). The callers check the matrices'
+//! sizes.
 
 use std::sync::OnceLock;
 
