@@ -83,7 +83,7 @@ pub struct AmortisationGap {
 ///     .unwrap();
 /// let x0 = Tensor::<NdArray, 2>::from_floats([[1.0, 0.5, -0.2], [0.3, -1.0, 0.8]], &device);
 /// let c = Tensor::<NdArray, 2>::from_floats([[0.8, 0.0], [0.0, -0.6]], &device);
-/// let x1 = ops.try_transport(c, x0.clone()).unwrap();
+/// let x1 = ops.transport(c, x0.clone());
 /// let settings = FistaConfig::new().with_l1(0.01);
 /// let exact = fista(&ops, x0.clone(), x1.clone(), &settings).unwrap().coefficients;
 /// let gap = amortisation_gap(&ops, x0.clone(), x1.clone(), exact, &settings).unwrap();

@@ -119,7 +119,7 @@ impl ResNet18Config {
     ///
     /// let device = Default::default();
     /// let net = ResNet18Config::new().with_width(8).init::<NdArray>(&device).unwrap();
-    /// let features = net.try_forward(Tensor::zeros([2, 3, 32, 32], &device)).unwrap();
+    /// let features = net.forward(Tensor::zeros([2, 3, 32, 32], &device));
     /// assert_eq!(features.dims(), [2, 64]);
     /// ```
     pub fn init<B: Backend>(&self, device: &B::Device) -> ClrResult<ResNet18<B>> {

@@ -43,7 +43,7 @@ impl<B: Backend> ProjectionHead<B> {
     ///
     /// let device = Default::default();
     /// let head = ProjectionHead::<NdArray>::new(HeadKind::Mlp, 512, 1024, 128, &device).unwrap();
-    /// assert_eq!(head.try_forward(Tensor::ones([4, 512], &device)).unwrap().dims(), [4, 128]);
+    /// assert_eq!(head.forward(Tensor::ones([4, 512], &device)).dims(), [4, 128]);
     /// ```
     pub fn new(
         kind: HeadKind,

@@ -45,15 +45,16 @@
 //!
 //! One rule throughout:
 //!
-//! * **Tensor maths whose only failure is a shape that does not fit** panics, like Burn's own
-//!   operations, and has a `try_*` twin that returns [`Result`] instead: [`expm()`] /
+//! * **Tensor maths whose only failures are a shape that does not fit (or a dtype it does not
+//!   take)** panics, like Burn's own operations, and has a `try_*` twin that returns [`Result`] instead: [`expm()`] /
 //!   [`try_expm`], [`expmv()`] / [`try_expmv`], [`sample`] / [`try_sample`], [`kl_divergence`] /
 //!   [`try_kl_divergence`], [`manifold_loss`] / [`try_manifold_loss`], the distance improvement,
 //!   the operators' [`LieOperators::transport`] / [`LieOperators::try_transport`] (and
 //!   `generator`, `transforms`, `transport_pullback`, `usage_count`), `layers::conv2d` /
 //!   `layers::try_conv2d`.
 //! * **Configs and anything that reads or checks user settings return [`Result`]**: every config
-//!   has `validate()` and, where it builds something, `init(&device)` (both `Result`); a call
+//!   implements Burn's `Config`, one with constraints has `validate()`, and one that builds
+//!   something has `init(&device)` (both `Result`); a call
 //!   that takes a config (`expm_with`, `expmv_with`, [`LieOperators::transport_with`], ...)
 //!   validates it. Constructors that take raw tensors or values validate them
 //!   ([`LaplaceParams::new`], [`LaplaceParams::fixed`], [`LieOperators::from_generators`]), and
@@ -108,9 +109,9 @@ mod shipped;
 pub mod sparse_coding;
 #[cfg(any(
     feature = "ndarray",
-    feature = "flex",
-    feature = "wgpu",
-    feature = "cuda",
+    feature = "test-flex",
+    feature = "test-wgpu",
+    feature = "test-cuda",
     feature = "test-candle"
 ))]
 #[doc(hidden)]

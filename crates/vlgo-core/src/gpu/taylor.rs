@@ -93,7 +93,7 @@ pub(crate) fn route_kernel(
         }
         let mut best = f32::new(0.0);
         let mut best_shifted = f32::new(0.0);
-        // Non-finite sums are told by their exponent bits (see `kernels::plan_here`).
+        // Non-finite sums are told by their exponent bits (see `kernels::plan::plan_here`).
         let mut flag = f32::new(0.0);
         let mut j = tid;
         while j < n {

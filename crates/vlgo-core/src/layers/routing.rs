@@ -17,10 +17,12 @@ use crate::shipped::{dispatch_shipped, route, take};
 /// Backends that run the layers of [`crate::layers`]: convolution, batch norm, batched fully
 /// connected layers and the fused AdamW step. Every Burn backend.
 ///
-/// Implemented for every `B: Backend`. Where `B` is a shipped CPU backend (`Flex`, `NdArray`,
-/// and `Autodiff` over them) the layers run the CPU kernels of this crate, each one autodiff node
-/// with its own backward; on every other backend they are Burn's own operations, differentiated
-/// by Burn's autodiff. Call the functions of [`crate::layers`] rather than these methods.
+/// Implemented for every `B: Backend`. Where `B` is a shipped backend, the layers run this
+/// crate's kernels: on `Flex` and `NdArray` the CPU kernels, and under `Autodiff` over any
+/// shipped backend (the GPU ones too) one autodiff node per layer with its own backward, which
+/// corrects Burn 0.21's zero adjoint of a convolution whose kernel is smaller than its stride. On
+/// every other backend they are Burn's own operations, differentiated by Burn's autodiff. Call
+/// the functions of [`crate::layers`] rather than these methods.
 pub trait LayerBackend: Backend {
     /// The convolution of x [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw].
     fn convolve(

@@ -1,5 +1,7 @@
 //! vlgo-core's integration suite: one test binary, written once against the test backend
-//! (`NdArray` by default; `cargo test-flex` / `test-wgpu` run it elsewhere).
+//! (`NdArray` by default; `cargo test-flex`, `test-wgpu`, `test-cuda` and `test-candle` run it
+//! elsewhere). The layer tests need the `layers` feature, which the `test-*` features and a
+//! workspace build turn on.
 
 mod common;
 mod errors;

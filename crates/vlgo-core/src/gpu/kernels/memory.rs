@@ -33,7 +33,7 @@ pub(crate) const LOAD_DEPTH: usize = 8;
 /// shared memory at n = 64, where a column's entries share a bank) a 32-way bank conflict.
 ///
 /// A unit keeps its place in the block (units come in multiples of 32) and steps through the
-/// blocks by additions, as [`combine`] steps through entries.
+/// blocks by additions, as [`combine`](super::products::combine) steps through entries.
 #[derive(CubeType)]
 pub(crate) struct TransposedWalk {
     n: usize,
