@@ -13,16 +13,17 @@ use burn::tensor::ops::FloatTensor;
 use super::expmv::{self, ExpmvCheckpoints};
 use super::{ExpmMethod, ExpmvConfig, tensor_ops};
 
-fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+pub(super) fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
-fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+pub(super) fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
 
-/// [`ExpmKernels::expmv_generated`] by forming the generators with a matmul.
-pub(crate) fn expmv_generated_by_ops<B: ExpmKernels>(
+/// exp(A_p) v_p by forming the generators with a matmul (the default of
+/// [`ExpmKernels::expmv_generated`] and the fallback of [`ExpmBackend::expmv_generated`]).
+pub(crate) fn expmv_generated_by_ops<B: super::ExpmBackend>(
     c: FloatTensor<B>,
     psi: FloatTensor<B>,
     v: FloatTensor<B>,
@@ -34,7 +35,7 @@ pub(crate) fn expmv_generated_by_ops<B: ExpmKernels>(
     let a = c
         .matmul(psi.reshape([m, s * n * n]))
         .reshape([rows * s, n, n]);
-    B::expmv(unwrap(a), v, config)
+    <B as super::ExpmBackend>::expmv(unwrap(a), v, config)
 }
 
 /// The shipped backends' exponential and exponential-times-vector kernels.

@@ -5,23 +5,15 @@ use core::any::{Any, TypeId};
 
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Shape, TensorPrimitive};
+use burn::tensor::{DType, Shape};
 
 #[allow(unused_imports)]
-use super::backend::ExpmKernels;
+use super::backend::{ExpmKernels, expmv_generated_by_ops, unwrap, wrap};
 use super::expmv::{self, ExpmvCheckpoints};
 use super::{ExpmMethod, ExpmvConfig, tensor_ops};
 // Built without a kernel feature, the dispatchers reach no kernel and take no argument.
 #[allow(unused_imports)]
 use crate::shipped::{dispatch_shipped, route, take};
-
-fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
-}
-
-fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
 
 /// Backends that compute the matrix exponential and the exponential-times-vector product:
 /// every Burn backend.
@@ -220,15 +212,7 @@ impl<B: Backend> ExpmBackend for B {
         route::<B, _, _>(
             dispatch::expmv_generated,
             (c, psi, v, config),
-            |(c, psi, v, config)| {
-                let (c, psi): (Tensor<B, 2>, Tensor<B, 4>) = (wrap(c), wrap(psi));
-                let [m, s, n, _] = psi.dims();
-                let rows = c.dims()[0];
-                let a = c
-                    .matmul(psi.reshape([m, s * n * n]))
-                    .reshape([rows * s, n, n]);
-                <B as ExpmBackend>::expmv(unwrap(a), v, config)
-            },
+            |(c, psi, v, config)| expmv_generated_by_ops::<B>(c, psi, v, config),
         )
     }
 
