@@ -160,8 +160,8 @@ impl<B: TrainBackend> ManifoldRun<B> {
         let vlgo = self.vlgo();
         let z = z.narrow(1, 0, self.operator_dims());
         let params = match kind {
-            PriorKind::Learned => vlgo.prior_params(z)?,
-            PriorKind::Fixed => vlgo.fixed_params(&z)?,
+            PriorKind::Learned => vlgo.try_prior_params(z)?,
+            PriorKind::Fixed => vlgo.try_fixed_params(&z)?,
         };
         let [n, m] = params.dims();
         let u =

@@ -406,7 +406,7 @@ where
                 optim_encoder,
                 streams,
             } => {
-                let out = model.step(x0.clone(), x1.clone(), streams, step)?;
+                let out = model.try_step(x0.clone(), x1.clone(), streams, step)?;
                 // Diagnostics outside the graph (and outside the timing): the squared error at
                 // the location, and the posterior's scale per operator. On the CPU backends the
                 // step has run by now; an asynchronous backend would need a sync first.

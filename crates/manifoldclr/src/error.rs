@@ -39,6 +39,14 @@ pub enum ClrError {
     /// A checkpoint that could not be written or read back.
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// An exchange between data-parallel peers that failed.
+    #[error("{op} between data-parallel peers failed: {reason}")]
+    Collective {
+        /// The exchange.
+        op: &'static str,
+        /// What the collective engine said.
+        reason: String,
+    },
     /// An error of the operators and the exponential.
     #[error(transparent)]
     Core(#[from] vlgo_core::VlgoError),

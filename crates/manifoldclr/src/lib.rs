@@ -3,10 +3,13 @@
 //! The ResNet-18 backbone ([`ResNet18Config`]), projection heads ([`ProjectionHead`]), InfoNCE
 //! in both variants ([`info_nce()`]), and the SimCLR family and the ManifoldCLR methods behind one
 //! interface ([`Method`], [`ContrastiveModel`]; the Lie group part in [`manifold`]); the training
-//! loop in [`pretrain`], evaluation in [`eval`], semi-supervised classification in [`semisup`].
+//! loop in [`pretrain`], evaluation in [`eval`], semi-supervised classification in [`semisup`];
+//! with the `distributed` feature, the exchanges of data-parallel training in `distributed`.
 
 pub mod backbone;
 pub mod clip;
+#[cfg(feature = "distributed")]
+pub mod distributed;
 pub mod error;
 pub mod eval;
 pub mod head;

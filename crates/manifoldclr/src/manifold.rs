@@ -365,7 +365,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
             z.clone().detach() + (z.clone() - z.clone().detach()) * g
         }
     };
-    let step = vlgo.step(scaled(&z0), scaled(&z1), &streams, iteration)?;
+    let step = vlgo.try_step(scaled(&z0), scaled(&z1), &streams, iteration)?;
     let di = try_distance_improvement_tensor(z0.clone(), z1, step.transported.clone().detach())?;
     // The learned prior of this iteration, which the KL targets, also draws the augmentation
     // (unless S2 or S4): one prior pass serves both.
@@ -388,7 +388,7 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
         None
     } else {
         let prior = if config.fixed_prior_augmentation {
-            vlgo.fixed_params(&z0)?
+            vlgo.try_fixed_params(&z0)?
         } else {
             prior
         };

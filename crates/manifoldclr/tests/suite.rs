@@ -153,9 +153,7 @@ fn resnet18_has_torchvisions_shape_and_initialisation() {
     // 3 x 3 instead of 7 x 7 (64 * 3 * (49 - 9) = 7,680 fewer), and Burn counts the running
     // means and variances of the 4,800 batch-norm channels too.
     assert_eq!(net.num_params(), 11_176_512 - 7_680 + 2 * 4_800);
-    let features = net
-        .try_forward(Tensor::zeros([2, 3, 32, 32], &device))
-        .unwrap();
+    let features = net.forward(Tensor::zeros([2, 3, 32, 32], &device));
     assert_eq!(features.dims(), [2, 512]);
 
     // Kaiming-normal, fan-out: the last block's 3 x 3 conv (512 -> 512) has std sqrt(2 / 4608).
@@ -199,9 +197,7 @@ fn resnet18_has_torchvisions_shape_and_initialisation() {
     assert!(gammas.iter().any(|(_, m, s)| *m == 0.0 && *s == 0.0));
     // Candle has no padded max-pool (the stem's): this shape is checked on the other backends.
     if !<B as Backend>::name(&device).contains("candle") {
-        let features = small
-            .try_forward(Tensor::zeros([1, 1, 64, 64], &device))
-            .unwrap();
+        let features = small.forward(Tensor::zeros([1, 1, 64, 64], &device));
         assert_eq!(features.dims(), [1, 128]);
     }
     let e = small
@@ -226,11 +222,7 @@ fn heads_have_the_protocols_shapes() {
         (HeadKind::None, 512),
     ] {
         let head = ProjectionHead::<AD>::new(kind, 512, 1024, 128, &device).unwrap();
-        assert_eq!(
-            head.try_forward(x.clone()).unwrap().dims(),
-            [4, out],
-            "{kind:?}"
-        );
+        assert_eq!(head.forward(x.clone()).dims(), [4, out], "{kind:?}");
     }
     let mlp = ProjectionHead::<AD>::new(HeadKind::Mlp, 512, 1024, 128, &device).unwrap();
     // Linear 512*1024 + 1024, BN 2*1024 (+ 2*1024 running stats), Linear 1024*128 + 128.
@@ -275,7 +267,7 @@ fn every_method_trains_one_step_and_names_parse() {
         assert!(nce.is_finite() && nce >= 0.0, "{method}: {nce}");
         if method == Method::SimClrMlp {
             // The plain pair through the head, contrasted by hand on the host.
-            let h = model.head.try_forward(step.features.clone()).unwrap();
+            let h = model.head.forward(step.features.clone());
             let d = h.dims()[1];
             let h: Vec<f32> = h.into_data().convert::<f32>().into_vec().unwrap();
             let rows: Vec<Vec<f32>> = h.chunks(d).map(<[f32]>::to_vec).collect();
@@ -350,7 +342,7 @@ fn clipping_bounds_each_groups_global_norm() {
     AD::seed(&device, 3);
     let head = ProjectionHead::<AD>::new(HeadKind::Mlp, 16, 32, 8, &device).unwrap();
     let x = Tensor::<AD, 2>::random([6, 16], burn::tensor::Distribution::Default, &device);
-    let loss = head.try_forward(x).unwrap().square().sum() * 1000.0;
+    let loss = head.forward(x).square().sum() * 1000.0;
     let mut grads = GradientsParams::from_grads(loss.backward(), &head);
     let mut norm = |max| -> f32 {
         manifoldclr::clip_global_norm(&head, &mut grads, max)

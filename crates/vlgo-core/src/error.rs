@@ -70,5 +70,23 @@ impl VlgoError {
     }
 }
 
+/// An error naming `op` unless the two shapes agree; `what` says which dimensions must.
+pub(crate) fn check_same_shape(
+    op: &'static str,
+    what: &'static str,
+    lhs: &[usize],
+    rhs: &[usize],
+) -> Result<()> {
+    if lhs != rhs {
+        return Err(VlgoError::ShapeMismatch {
+            op,
+            what,
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+        });
+    }
+    Ok(())
+}
+
 /// The crate's result type.
 pub type Result<T> = core::result::Result<T, VlgoError>;

@@ -5,7 +5,7 @@
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, VlgoError};
+use crate::error::{Result, VlgoError, check_same_shape};
 
 /// Location and log-scale of a factorised Laplace distribution over M coefficients, [N, M] each.
 #[derive(Debug, Clone)]
@@ -19,14 +19,12 @@ pub struct LaplaceParams<B: Backend> {
 impl<B: Backend> LaplaceParams<B> {
     /// Checks that location and log-scale have the same shape.
     pub fn new(loc: Tensor<B, 2>, log_scale: Tensor<B, 2>) -> Result<Self> {
-        if loc.dims() != log_scale.dims() {
-            return Err(VlgoError::ShapeMismatch {
-                op: "LaplaceParams",
-                what: "location and log-scale must have the same shape [N, M]",
-                lhs: loc.dims().to_vec(),
-                rhs: log_scale.dims().to_vec(),
-            });
-        }
+        check_same_shape(
+            "LaplaceParams",
+            "location and log-scale must have the same shape [N, M]",
+            &loc.dims(),
+            &log_scale.dims(),
+        )?;
         Ok(Self { loc, log_scale })
     }
 
@@ -201,11 +199,11 @@ pub fn try_sample<B: Backend>(
     u: Tensor<B, 2>,
     threshold: &Threshold,
 ) -> Result<Tensor<B, 2>> {
-    same_shape(
+    check_same_shape(
         "sample",
         "the uniform draws u must be [N, M] as the parameters",
-        params.dims(),
-        u.dims(),
+        &params.dims(),
+        &u.dims(),
     )?;
     let eps = laplace_noise(u, params.scale());
     let raw = params.loc.clone() + eps.clone();
@@ -227,24 +225,6 @@ pub fn try_sample<B: Backend>(
     Ok(raw.clone() + (value - raw).detach())
 }
 
-/// An error naming `op` unless the two shapes agree.
-fn same_shape(
-    op: &'static str,
-    what: &'static str,
-    lhs: [usize; 2],
-    rhs: [usize; 2],
-) -> Result<()> {
-    if lhs != rhs {
-        return Err(VlgoError::ShapeMismatch {
-            op,
-            what,
-            lhs: lhs.to_vec(),
-            rhs: rhs.to_vec(),
-        });
-    }
-    Ok(())
-}
-
 /// Below this log-scale the terms |mu1 - mu2| / s overflow f32 (e^80 ~ 5.5e34): they are computed
 /// with the log-scale clamped here, which only matters for scales under 2e-35.
 const LOG_SCALE_FLOOR: f64 = -80.0;
@@ -264,11 +244,11 @@ pub fn try_kl_divergence<B: Backend>(
     q: &LaplaceParams<B>,
     p: &LaplaceParams<B>,
 ) -> Result<Tensor<B, 1>> {
-    same_shape(
+    check_same_shape(
         "kl_divergence",
         "q and p must both be [N, M]",
-        q.dims(),
-        p.dims(),
+        &q.dims(),
+        &p.dims(),
     )?;
     let [batch, _] = q.dims();
     let diff = (q.loc.clone() - p.loc.clone()).abs();

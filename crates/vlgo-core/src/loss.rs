@@ -2,18 +2,16 @@
 
 use burn::prelude::*;
 
-use crate::error::{Result, VlgoError};
+use crate::error::{Result, check_same_shape};
 
+/// Both feature batches of a loss must be the same [N, d].
 fn check_pair<B: Backend>(op: &'static str, a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Result<()> {
-    if a.dims() != b.dims() {
-        return Err(VlgoError::ShapeMismatch {
-            op,
-            what: "both feature batches must be [N, d]",
-            lhs: a.dims().to_vec(),
-            rhs: b.dims().to_vec(),
-        });
-    }
-    Ok(())
+    check_same_shape(
+        op,
+        "both feature batches must be [N, d]",
+        &a.dims(),
+        &b.dims(),
+    )
 }
 
 /// L_m = mean over batch and features of (z_hat - sg(z1))^2, z_hat = T(c) z0.

@@ -5,7 +5,7 @@ use burn::prelude::*;
 use vlgo_core::{
     ExpmBackend, FixedPrior, LaplaceParams, LieOperators, LieOperatorsConfig, NoiseStreams,
     Threshold, VlgoError, WarmupBlend, best_of_j_seeded, kl_divergence, sample, try_manifold_loss,
-    warmup_prior,
+    try_sample, warmup_prior,
 };
 
 use crate::encoder::{CoefficientEncoder, CoefficientEncoderConfig, InputNorm};
@@ -177,23 +177,49 @@ pub struct VlgoStep<B: Backend> {
     pub loss: Tensor<B, 1>,
 }
 
+/// Turns a shape error of tensor maths into the panic of its panicking form.
+fn or_panic<T>(result: VlgoResult<T>) -> T {
+    result.unwrap_or_else(|e| panic!("{e}"))
+}
+
+// Each method that is tensor maths panics on shapes that do not fit and has a `try_*` twin that
+// returns the error, as in `vlgo_core` (its crate docs, "Errors").
 impl<B: Backend> Vlgo<B> {
-    /// The encoder's Laplace distribution q(c | z0, z1).
-    pub fn infer(&self, z0: Tensor<B, 2>, z1: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
+    /// The encoder's Laplace distribution q(c | z0, z1). Panics unless z0 and z1 are both
+    /// [N, d]; [`try_infer`](Self::try_infer) returns an error instead.
+    pub fn infer(&self, z0: Tensor<B, 2>, z1: Tensor<B, 2>) -> LaplaceParams<B> {
+        or_panic(self.try_infer(z0, z1))
+    }
+
+    /// Fallible [`infer`](Self::infer).
+    pub fn try_infer(&self, z0: Tensor<B, 2>, z1: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         self.encoder.try_forward(z0, z1)
     }
 
     /// The prior's distribution for z0: the learned prior when there is one (fully warmed, as
-    /// evaluation and downstream sampling use it), else the fixed one.
-    pub fn prior_params(&self, z0: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
+    /// evaluation and downstream sampling use it), else the fixed one. Panics unless z0 is
+    /// [N, d]; [`try_prior_params`](Self::try_prior_params) returns an error instead.
+    pub fn prior_params(&self, z0: Tensor<B, 2>) -> LaplaceParams<B> {
+        or_panic(self.try_prior_params(z0))
+    }
+
+    /// Fallible [`prior_params`](Self::prior_params).
+    pub fn try_prior_params(&self, z0: Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         match &self.prior {
             Some(prior) => prior.try_forward(z0),
-            None => self.fixed_params(&z0),
+            None => self.try_fixed_params(&z0),
         }
     }
 
-    /// The fixed prior, broadcast to z0's batch.
-    pub fn fixed_params(&self, z0: &Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
+    /// The fixed prior, broadcast to z0's batch. Panics only on a fixed prior that is not valid
+    /// (a scale <= 0), which the config's validation refuses;
+    /// [`try_fixed_params`](Self::try_fixed_params) returns an error instead.
+    pub fn fixed_params(&self, z0: &Tensor<B, 2>) -> LaplaceParams<B> {
+        or_panic(self.try_fixed_params(z0))
+    }
+
+    /// Fallible [`fixed_params`](Self::fixed_params).
+    pub fn try_fixed_params(&self, z0: &Tensor<B, 2>) -> VlgoResult<LaplaceParams<B>> {
         LaplaceParams::fixed(
             &self.fixed_prior,
             [z0.dims()[0], self.operators.num_operators()],
@@ -202,7 +228,8 @@ impl<B: Backend> Vlgo<B> {
     }
 
     /// The prior at training iteration `t`: the learned prior blended toward the fixed one by
-    /// the warm-up (`kappa = min(t / W, 1)`), or the fixed prior when none is learned.
+    /// the warm-up (`kappa = min(t / W, 1)`), or the fixed prior when none is learned. Panics
+    /// unless z0 is [N, d]; [`try_prior_at`](Self::try_prior_at) returns an error instead.
     ///
     /// ```
     /// use burn::backend::NdArray;
@@ -219,10 +246,17 @@ impl<B: Backend> Vlgo<B> {
     ///     .unwrap();
     /// let z0 = Tensor::<NdArray, 2>::ones([3, 4], &device);
     /// // At t = 0 the prior is the fixed one: location 0.05 everywhere.
-    /// let loc = model.prior_at(z0, 0).unwrap().loc.into_data().to_vec::<f32>().unwrap();
+    /// let loc = model.prior_at(z0.clone(), 0).loc.into_data().to_vec::<f32>().unwrap();
     /// assert!(loc.iter().all(|&v| (v - 0.05).abs() < 1e-6));
+    /// // A batch of the wrong width is an error from the `try_` form.
+    /// assert!(model.try_prior_at(Tensor::ones([3, 5], &device), 0).is_err());
     /// ```
-    pub fn prior_at(&self, z0: Tensor<B, 2>, t: u64) -> VlgoResult<LaplaceParams<B>> {
+    pub fn prior_at(&self, z0: Tensor<B, 2>, t: u64) -> LaplaceParams<B> {
+        or_panic(self.try_prior_at(z0, t))
+    }
+
+    /// Fallible [`prior_at`](Self::prior_at).
+    pub fn try_prior_at(&self, z0: Tensor<B, 2>, t: u64) -> VlgoResult<LaplaceParams<B>> {
         Ok(match &self.prior {
             Some(prior) => warmup_prior(
                 &prior.try_forward(z0)?,
@@ -231,24 +265,22 @@ impl<B: Backend> Vlgo<B> {
                 self.prior_warmup,
                 self.warmup_blend,
             ),
-            None => self.fixed_params(&z0)?,
+            None => self.try_fixed_params(&z0)?,
         })
     }
 }
 
 impl<B: ExpmBackend> Vlgo<B> {
     /// A thresholded sample from the prior for z0 given uniform draws `u` (U(-1/2, 1/2), [N, M]):
-    /// coefficients for feature augmentation.
-    pub fn sample_prior(&self, z0: Tensor<B, 2>, u: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
-        let params = self.prior_params(z0)?;
-        if u.dims() != params.dims() {
-            return Err(VlgoError::Shape {
-                op: "Vlgo::sample_prior",
-                expected: format!("uniform draws [N, M] = {:?}", params.dims()),
-                got: u.dims().to_vec(),
-            });
-        }
-        Ok(sample(&params, u, &self.threshold))
+    /// coefficients for feature augmentation. Panics on shapes that do not fit;
+    /// [`try_sample_prior`](Self::try_sample_prior) returns an error instead.
+    pub fn sample_prior(&self, z0: Tensor<B, 2>, u: Tensor<B, 2>) -> Tensor<B, 2> {
+        or_panic(self.try_sample_prior(z0, u))
+    }
+
+    /// Fallible [`sample_prior`](Self::sample_prior).
+    pub fn try_sample_prior(&self, z0: Tensor<B, 2>, u: Tensor<B, 2>) -> VlgoResult<Tensor<B, 2>> {
+        try_sample(&self.try_prior_params(z0)?, u, &self.threshold)
     }
 
     /// T(c) z. Panics on shapes that do not fit; [`try_transport`](Self::try_transport)
@@ -264,7 +296,8 @@ impl<B: ExpmBackend> Vlgo<B> {
 
     /// The variational step's forward pass: infer q(c | z0, z1), draw J samples from host streams
     /// keyed by (`step`, j) (J from `best_of_j_from` on, one sample before), keep the best per
-    /// datum, transport z0 with it, and form L_m + beta KL(q || prior at `step`).
+    /// datum, transport z0 with it, and form L_m + beta KL(q || prior at `step`). Panics on shapes
+    /// that do not fit; [`try_step`](Self::try_step) returns an error instead.
     ///
     /// ```
     /// use burn::backend::{Autodiff, NdArray};
@@ -280,7 +313,7 @@ impl<B: ExpmBackend> Vlgo<B> {
     ///     .init::<B>(&device)
     ///     .unwrap();
     /// let z0 = Tensor::<B, 2>::ones([5, 8], &device);
-    /// let step = model.step(z0.clone(), z0, &NoiseStreams::new(0), 0).unwrap();
+    /// let step = model.step(z0.clone(), z0, &NoiseStreams::new(0), 0);
     /// let grads = step.loss.backward();
     /// // The generators learn from the step: a gradient, and not a zero one.
     /// let g = model.operators.psi().grad(&grads).unwrap();
@@ -292,8 +325,19 @@ impl<B: ExpmBackend> Vlgo<B> {
         z1: Tensor<B, 2>,
         streams: &NoiseStreams,
         step: u64,
+    ) -> VlgoStep<B> {
+        or_panic(self.try_step(z0, z1, streams, step))
+    }
+
+    /// Fallible [`step`](Self::step).
+    pub fn try_step(
+        &self,
+        z0: Tensor<B, 2>,
+        z1: Tensor<B, 2>,
+        streams: &NoiseStreams,
+        step: u64,
     ) -> VlgoResult<VlgoStep<B>> {
-        let posterior = self.infer(z0.clone(), z1.clone())?;
+        let posterior = self.try_infer(z0.clone(), z1.clone())?;
         let [n, m] = posterior.dims();
         let coefficients = if self.samples > 1 && step >= self.best_of_j_from {
             best_of_j_seeded(
@@ -318,7 +362,7 @@ impl<B: ExpmBackend> Vlgo<B> {
         } else {
             (transported.clone() - z1).square().mean()
         };
-        let prior = self.prior_at(z0, step)?;
+        let prior = self.try_prior_at(z0, step)?;
         let kl = kl_divergence(&posterior, &prior);
         let loss = manifold_loss.clone() + kl.clone() * self.beta;
         Ok(VlgoStep {

@@ -24,7 +24,7 @@ fn encoder_heads_respect_their_clamps_and_the_kl_stays_finite_on_extreme_input()
         .init::<B>(&device)
         .unwrap();
     let z = Tensor::<B, 2>::ones([2, 4], &device) * 1e6;
-    let q = encoder.try_forward(z.clone(), -z).unwrap();
+    let q = encoder.forward(z.clone(), -z);
     let mu_offset = q.loc.clone() - 0.05;
     assert!(max_abs(mu_offset) <= 5.0 + 1e-4);
     let ls = q.log_scale.clone() - prior.scale.ln();
@@ -45,7 +45,7 @@ fn prior_network_gives_one_distribution_per_datum() {
         .with_width(4)
         .init::<B>(&device)
         .unwrap();
-    let p = prior.try_forward(Tensor::ones([3, 6], &device)).unwrap();
+    let p = prior.forward(Tensor::ones([3, 6], &device));
     assert_eq!(p.dims(), [3, 5]);
     let ls = p.log_scale - FixedPrior::default().scale.ln();
     assert!(ls.max().into_scalar().to_f32() <= 3.0 + 1e-4);
@@ -78,8 +78,8 @@ fn the_step_trains_operators_encoder_and_prior_and_is_reproducible() {
     let streams = NoiseStreams::new(3);
     for (samples, zeta, learned) in [(1, 0.0, false), (5, 0.01, true)] {
         let model = model(samples, zeta, learned);
-        let step = model.step(z0.clone(), z1.clone(), &streams, 7).unwrap();
-        let again = model.step(z0.clone(), z1.clone(), &streams, 7).unwrap();
+        let step = model.step(z0.clone(), z1.clone(), &streams, 7);
+        let again = model.step(z0.clone(), z1.clone(), &streams, 7);
         assert_eq!(
             step.coefficients.clone().into_data(),
             again.coefficients.into_data(),
@@ -147,17 +147,21 @@ fn sample_prior_and_configs_reject_bad_input() {
     let device = Default::default();
     let model = model(1, 0.01, false);
     let z0 = Tensor::<AD, 2>::ones([2, 3], &device);
-    let c = model
-        .sample_prior(z0.clone(), Tensor::zeros([2, 4], &device))
-        .unwrap();
+    let c = model.sample_prior(z0.clone(), Tensor::zeros([2, 4], &device));
     // u = 0 is the median: |eps| = 0 < zeta, so the thresholded sample is exactly zero.
     assert_eq!(c.abs().max().into_scalar().to_f32(), 0.0);
     let e = model
-        .sample_prior(z0.clone(), Tensor::zeros([2, 5], &device))
+        .try_sample_prior(z0.clone(), Tensor::zeros([2, 5], &device))
         .unwrap_err();
     assert!(e.to_string().contains("[2, 4]"), "{e}");
+    // The panicking form panics with the same message.
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        model.sample_prior(z0.clone(), Tensor::zeros([2, 5], &device))
+    }))
+    .unwrap_err();
+    assert_eq!(panic.downcast_ref::<String>(), Some(&e.to_string()));
     let e = model
-        .infer(z0.clone(), Tensor::ones([2, 4], &device))
+        .try_infer(z0.clone(), Tensor::ones([2, 4], &device))
         .unwrap_err();
     assert!(e.to_string().contains("feature_dim"), "{e}");
     let stable_odd = VlgoConfig::new(LieOperatorsConfig::new(2, 3))
@@ -192,7 +196,7 @@ fn the_stop_gradients_hold_and_ablation_s1_lifts_the_one_on_z1() {
         .require_grad();
         let z1 = Tensor::<AD, 2>::from_data((z0.clone().inner() * 1.2 + 0.1).into_data(), &device)
             .require_grad();
-        let step = model.step(z0.clone(), z1.clone(), &streams, 0).unwrap();
+        let step = model.step(z0.clone(), z1.clone(), &streams, 0);
         // L_m reaches z0 (it trains the backbone); z1 only without the stop-gradient.
         let grads = step.manifold_loss.clone().backward();
         assert!(grad_norm(&z0, &grads).is_some_and(|g| g > 0.0));
@@ -202,7 +206,7 @@ fn the_stop_gradients_hold_and_ablation_s1_lifts_the_one_on_z1() {
         }
         // The KL sees only detached features: the encoder and prior learn from it, the
         // features receive nothing.
-        let step = model.step(z0.clone(), z1.clone(), &streams, 0).unwrap();
+        let step = model.step(z0.clone(), z1.clone(), &streams, 0);
         let grads = step.kl.backward();
         assert!(z0.grad(&grads).is_none() && z1.grad(&grads).is_none());
         let mut count = 0;
@@ -233,31 +237,24 @@ fn the_prior_warms_up_from_the_fixed_one_over_w_iterations() {
         burn::tensor::Distribution::Normal(0.0, 1.0),
         &device,
     );
-    let learned = model
-        .prior
-        .as_ref()
-        .unwrap()
-        .try_forward(z0.clone())
-        .unwrap();
+    let learned = model.prior.as_ref().unwrap().forward(z0.clone());
     let close = |a: Tensor<B, 2>, b: Tensor<B, 2>| max_abs(a - b) < 1e-5;
-    let start = model.prior_at(z0.clone(), 0).unwrap();
+    let start = model.prior_at(z0.clone(), 0);
     assert!(max_abs(start.loc.clone() - 0.05) < 1e-6);
     assert!(max_abs(start.scale() - 0.01) < 1e-7);
     // Half-way: the paper's blend of locations and of scales (not of log-scales).
-    let half = model.prior_at(z0.clone(), 50).unwrap();
+    let half = model.prior_at(z0.clone(), 50);
     assert!(close(half.loc.clone(), learned.loc.clone() * 0.5 + 0.025));
     assert!(close(half.scale(), learned.scale() * 0.5 + 0.005));
     for t in [100, 5000] {
-        let end = model.prior_at(z0.clone(), t).unwrap();
+        let end = model.prior_at(z0.clone(), t);
         assert!(close(end.loc, learned.loc.clone()));
         assert!(close(end.log_scale, learned.log_scale.clone()));
     }
     // The KL of a step targets the warmed prior: at t = 0 the fixed one.
-    let q = model.infer(z0.clone(), z0.clone()).unwrap();
+    let q = model.infer(z0.clone(), z0.clone());
     let want = vlgo_core::kl_divergence(&q, &start).into_scalar().to_f64();
-    let step = model
-        .step(z0.clone(), z0, &NoiseStreams::new(0), 0)
-        .unwrap();
+    let step = model.step(z0.clone(), z0, &NoiseStreams::new(0), 0);
     assert!((step.kl.into_scalar().to_f64() - want).abs() <= 1e-6 * want.abs().max(1.0));
 }
 
@@ -279,9 +276,9 @@ fn best_of_j_starts_at_its_configured_iteration_and_picks_each_datums_best() {
         &device,
     );
     let z1 = z0.clone() * 0.8 - 0.2;
-    let q = model.infer(z0.clone(), z1.clone()).unwrap();
+    let q = model.infer(z0.clone(), z1.clone());
     let error = |c: Tensor<B, 2>| {
-        let moved = model.try_transport(c, z0.clone()).unwrap();
+        let moved = model.transport(c, z0.clone());
         (moved - z1.clone())
             .square()
             .sum_dim(1)
@@ -290,13 +287,13 @@ fn best_of_j_starts_at_its_configured_iteration_and_picks_each_datums_best() {
             .unwrap()
     };
     // Before iteration 10: the one sample of stream 0.
-    let before = model.step(z0.clone(), z1.clone(), &streams, 9).unwrap();
+    let before = model.step(z0.clone(), z1.clone(), &streams, 9);
     let u = streams.uniform_centered(9, 0, 7 * 4);
     let u = Tensor::<B, 1>::from_floats(u.as_slice(), &device).reshape([7, 4]);
     let single = vlgo_core::sample(&q, u, &model.threshold);
     assert_eq!(before.coefficients.into_data(), single.into_data());
     // From iteration 10: per datum, no candidate of the J streams does better.
-    let after = model.step(z0.clone(), z1.clone(), &streams, 10).unwrap();
+    let after = model.step(z0.clone(), z1.clone(), &streams, 10);
     let best = error(after.coefficients);
     for j in 0..6 {
         let u = streams.uniform_centered(10, j, 7 * 4);

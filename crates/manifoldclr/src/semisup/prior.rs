@@ -43,7 +43,7 @@ impl<'a, B: ExpmBackend> PriorAugment<'a, B> {
     /// One unthresholded sample c~ per row of `z` ([N, d]) from p(c | z), given uniform draws
     /// `u` ([N, M], U(-1/2, 1/2)).
     pub fn sample(&self, z: Tensor<B, 2>, u: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
-        let params = self.vlgo.prior_params(z.narrow(1, 0, self.dims()))?;
+        let params = self.vlgo.try_prior_params(z.narrow(1, 0, self.dims()))?;
         if u.dims() != params.dims() {
             return Err(ClrError::invalid(
                 "uniform draws",
