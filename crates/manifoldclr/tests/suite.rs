@@ -1102,7 +1102,11 @@ fn extract_features_reads_back_any_float_type() {
     assert_eq!((a.len(), b.len()), (3 * 32, 3 * 32));
     let scale = a.iter().fold(0f32, |m, x| m.max(x.abs()));
     assert!(scale > 0.0);
+    // The weights are random (the backend's generator, which the suite's other tests draw from
+    // concurrently) and the fresh running statistics leave the 18 layers unnormalised, so f32
+    // rounding grows with depth: differences up to 4e-4 of the scale were seen. A type read back
+    // wrongly (f64 bits taken as f32, an unconverted f16) is off by far more.
     for (x, y) in a.iter().zip(b) {
-        assert!((x - y).abs() <= 1e-4 * scale, "{x} (f32) against {y} (f64)");
+        assert!((x - y).abs() <= 1e-3 * scale, "{x} (f32) against {y} (f64)");
     }
 }
