@@ -129,6 +129,10 @@ pub struct PretrainArgs {
     /// Any setting of the config (repeatable), e.g. --set pretrain.epochs=2
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+    /// Devices that share every batch (data parallelism; as --set pretrain.devices=N): the
+    /// first N GPUs of the backend's kind, or N threads on a CPU backend
+    #[arg(long, value_name = "N")]
+    pub devices: Option<usize>,
 }
 
 /// The commands on one run folder.
@@ -372,7 +376,10 @@ fn swiss_roll(a: SwissRollArgs) -> Result<Command> {
     })
 }
 
-fn pretrain(a: PretrainArgs) -> Result<Command> {
+fn pretrain(mut a: PretrainArgs) -> Result<Command> {
+    if let Some(n) = a.devices {
+        a.sets.push(format!("pretrain.devices={n}"));
+    }
     if a.resume {
         let out = a.out.ok_or_else(|| {
             CliError::invalid(

@@ -672,6 +672,83 @@ fn a_checkpoint_written_on_the_cpu_resumes_and_evaluates_on_wgpu() {
     assert!(summary["knn"]["top1"].as_f64().is_some());
 }
 
+/// `--devices 2`: each batch of 8 shared by two threads of the CPU backend; the first device logs
+/// its time in the exchanges, and the checkpoint resumes on one device.
+#[test]
+fn pretrain_shares_each_batch_among_devices_and_resumes_on_one() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
+    let (config, data) = fixture(&dir);
+    let out = dir.join("two").display().to_string();
+    let mut args = vec![
+        "pretrain",
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "--out",
+        &out,
+    ];
+    args.extend(["--set", "knn_every=0", "--set", "baselines=false"]);
+    args.extend(["--set", "pretrain.epochs=1", "--devices", "2"]);
+    let first = vlgo(&args);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let metrics = || -> Vec<Value> {
+        std::fs::read_to_string(dir.join("two/metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let steps = metrics();
+    // 24 images in batches of 8.
+    assert_eq!(steps.len(), 3);
+    for s in &steps {
+        let t = s["exchange_seconds"].as_f64().unwrap();
+        assert!(t >= 0.0 && t.is_finite(), "{s}");
+    }
+    let stored = std::fs::read_to_string(dir.join("two/config.toml")).unwrap();
+    assert!(stored.contains("devices = 2"), "{stored}");
+    let resumed = vlgo(&[
+        "pretrain",
+        "--out",
+        &out,
+        "--resume",
+        "--set",
+        "pretrain.epochs=2",
+        "--devices",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{err}");
+    assert!(err.contains("pretrain.devices"), "{err}");
+    let steps = metrics();
+    assert_eq!(steps.len(), 6);
+    assert!(
+        steps[3..]
+            .iter()
+            .all(|s| s.get("exchange_seconds").is_none())
+    );
+    // Three devices do not divide a batch of 8.
+    let bad = vlgo(&[
+        "pretrain",
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "--out",
+        &dir.join("bad").display().to_string(),
+        "--devices",
+        "3",
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("devices"), "{err}");
+}
+
 #[test]
 fn pretrain_then_probe_and_knn_end_to_end_on_a_fixture() {
     let temp = tempfile::tempdir().unwrap();

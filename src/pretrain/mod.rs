@@ -208,7 +208,13 @@ pub fn pretrain<B: TrainBackend>(
         curve: Vec::new(),
         rates: Vec::new(),
     };
-    trainer.run(&views, &checkpoints, &mut hooks, device)?;
+    match config.pretrain.devices {
+        1 => trainer.run(&views, &checkpoints, &mut hooks, device)?,
+        n => {
+            let devices = manifoldclr::distributed::devices_like::<B>(device, n)?;
+            trainer.run_on(&views, &checkpoints, &mut hooks, &devices)?
+        }
+    }
     hooks.bar.finish();
     let curve = hooks.curve.clone();
     let mean_rate = if hooks.rates.is_empty() {

@@ -1,6 +1,7 @@
 //! Data parallelism on Burn's collective engine (`burn-collective`, Burn's `collective`
-//! feature): the exchanges a data-parallel step needs, between peers that run as threads of one
-//! process, each with its own model replica and its shard of the global batch.
+//! feature): [`Pretrainer::run_on`] trains on several devices ([`devices_like`] picks them), with
+//! the exchanges below between peers that run as threads of one process, each with its own model
+//! replica and its part of the global batch (`docs/distributed.md`).
 //!
 //! * [`Peer::all_reduce_grads`]: a replica's gradients summed or averaged over the peers before
 //!   the optimiser steps, so that every replica takes the same step.
@@ -41,7 +42,11 @@
 //! assert_eq!(rows, [vec![0.0, 0.0, 1.0, 1.0], vec![0.0, 0.0, 1.0, 1.0]]);
 //! ```
 
+use std::cell::Cell;
 use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use burn::backend::autodiff::{
     Autodiff,
@@ -53,16 +58,20 @@ use burn::collective::{self, CollectiveConfig, CollectiveError, PeerId, ReduceOp
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, DeviceId};
 use burn::tensor::ops::FloatTensor;
 
 use crate::error::{ClrError, Result};
+use crate::manifold::read_floats;
+use crate::method::Exchange;
+use crate::pretrain::{PretrainHooks, Pretrainer, StepSync, TrainBackend, ViewSource};
 
 /// One of `peers` data-parallel peers of this process: a member of the collective group of the
 /// inner backend of `B`, left when dropped.
 #[derive(Debug)]
 pub struct Peer<B: AutodiffBackend> {
     id: PeerId,
+    device: B::Device,
     rank: usize,
     peers: usize,
     _backend: PhantomData<B>,
@@ -93,6 +102,7 @@ impl<B: AutodiffBackend> Peer<B> {
             .map_err(collective_error("join"))?;
         Ok(Self {
             id,
+            device: device.clone(),
             rank,
             peers,
             _backend: PhantomData,
@@ -226,10 +236,205 @@ impl<B: Backend, C: CheckpointStrategy> CollectiveBackend for Autodiff<B, C> {
     }
 }
 
+/// The collective engine keeps one group per backend type and process: a data-parallel run
+/// holds its turn while its peers are joined, so that two runs in one process wait for each
+/// other instead of mixing their peers.
+static GROUP: Mutex<()> = Mutex::new(());
+
+/// This process's turn to form a group of peers.
+pub(crate) fn group_turn() -> MutexGuard<'static, ()> {
+    // A run that panicked left no peer joined (they leave when dropped): the turn is free.
+    GROUP
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<B: AutodiffBackend> Exchange<B> for Peer<B> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn parts(&self) -> usize {
+        self.peers
+    }
+
+    fn gather_rows(&self, rows: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        self.all_gather_rows(rows)
+    }
+}
+
+/// A peer in a pre-training run: its exchanges and the time they took since the last step's
+/// log.
+struct Part<B: TrainBackend> {
+    peer: Peer<B>,
+    spent: Cell<f64>,
+}
+
+impl<B: TrainBackend> Part<B> {
+    fn new(peer: Peer<B>) -> Self {
+        Self {
+            peer,
+            spent: Cell::new(0.0),
+        }
+    }
+
+    /// `exchange()`, its time counted.
+    fn timed<T>(&self, exchange: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = exchange();
+        self.spent
+            .set(self.spent.get() + start.elapsed().as_secs_f64());
+        out
+    }
+}
+
+impl<B: TrainBackend> Exchange<B> for Part<B> {
+    fn rank(&self) -> usize {
+        self.peer.rank
+    }
+
+    fn parts(&self) -> usize {
+        self.peer.peers
+    }
+
+    fn gather_rows(&self, rows: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        self.timed(|| self.peer.all_gather_rows(rows))
+    }
+}
+
+impl<B: TrainBackend> StepSync<B> for Part<B> {
+    fn as_exchange(&self) -> &dyn Exchange<B> {
+        self
+    }
+
+    fn sum_grads(&self, grads: GradientsParams) -> Result<GradientsParams> {
+        self.timed(|| self.peer.all_reduce_grads(grads, ReduceOperation::Sum))
+    }
+
+    fn mean(&self, figures: Tensor<B::InnerBackend, 1>) -> Result<Tensor<B::InnerBackend, 1>> {
+        self.timed(|| self.peer.all_reduce(figures, ReduceOperation::Mean))
+    }
+
+    fn all_ok(&self, ok: bool) -> Result<bool> {
+        let failed = Tensor::<B::InnerBackend, 1>::from_floats(
+            [f32::from(u8::from(!ok))],
+            &self.peer.device,
+        );
+        let failed = self.timed(|| {
+            read_floats(
+                self.peer.all_reduce(failed, ReduceOperation::Sum)?,
+                "peer status",
+            )
+        })?;
+        Ok(failed[0] == 0.0)
+    }
+
+    fn take_exchange_seconds(&self) -> f64 {
+        self.spent.replace(0.0)
+    }
+}
+
+/// `count` devices of `device`'s kind for a data-parallel run: the first `count` of its kind
+/// (`device` first is the caller's choice: pass the one with index 0) on a backend with
+/// several, or `device` itself `count` times on a backend with one (a CPU: the peers are
+/// threads that share it). More than the backend has is an error.
+pub fn devices_like<B: Backend>(device: &B::Device, count: usize) -> Result<Vec<B::Device>> {
+    let id = device.to_id();
+    let available = B::device_count(id.type_id);
+    match available {
+        _ if count == 0 => Err(ClrError::invalid("devices", count, "at least 1")),
+        0 | 1 => Ok(vec![device.clone(); count]),
+        n if count <= n => Ok((0..count)
+            .map(|i| B::Device::from_id(DeviceId::new(id.type_id, i as u16)))
+            .collect()),
+        n => Err(ClrError::invalid(
+            "devices",
+            count,
+            format!("at most {n} (the devices of {device:?}'s kind)"),
+        )),
+    }
+}
+
+impl<B: TrainBackend> Pretrainer<B> {
+    /// [`Pretrainer::run`] with every batch shared among `devices` (one thread each, the first
+    /// on the calling thread with the hooks): each holds a replica of the model and optimisers
+    /// and `batch_size / devices.len()` images of every batch; the gradients are summed over
+    /// the devices before every optimiser step (InfoNCE's on the rows gathered from all of
+    /// them, the manifold terms' per sample), so every replica takes the same step, the
+    /// global batch's up to the batch-norm statistics, which are each device's own. The first
+    /// device writes the checkpoints (one model, with its own batch-norm running averages; it
+    /// resumes on any number of devices) and
+    /// calls the hooks; the logged figures are the devices' means, the feature spectrum the
+    /// first device's. An error on one device stops all of them; it is returned as that
+    /// device gave it.
+    pub fn run_on(
+        &mut self,
+        data: &dyn ViewSource,
+        checkpoints: &Path,
+        hooks: &mut dyn PretrainHooks<B>,
+        devices: &[B::Device],
+    ) -> Result<()> {
+        let parts = devices.len();
+        let batch = self.config().batch_size;
+        if parts == 0 || !batch.is_multiple_of(parts) || batch / parts < 2 {
+            return Err(ClrError::invalid(
+                "devices",
+                format!("{parts} for a batch of {batch}"),
+                "a divisor of batch_size that leaves each device at least 2 images",
+            ));
+        }
+        if parts == 1 {
+            return self.run_part(data, checkpoints, Some(hooks), &devices[0], None);
+        }
+        let _turn = group_turn();
+        let replicas = devices[1..]
+            .iter()
+            .map(|d| self.replica(d))
+            .collect::<Result<Vec<Self>>>()?;
+        std::thread::scope(|scope| {
+            let others: Vec<_> = replicas
+                .into_iter()
+                .zip(1..)
+                .map(|(mut replica, rank)| {
+                    let device = &devices[rank];
+                    scope.spawn(move || -> Result<()> {
+                        let part = Part::new(Peer::<B>::join(rank, parts, device)?);
+                        replica.run_part(data, checkpoints, None, device, Some(&part))
+                    })
+                })
+                .collect();
+            let own = Peer::<B>::join(0, parts, &devices[0]).and_then(|peer| {
+                let part = Part::new(peer);
+                self.run_part(data, checkpoints, Some(hooks), &devices[0], Some(&part))
+            });
+            let others = others.into_iter().map(|t| {
+                t.join().unwrap_or_else(|_| {
+                    Err(ClrError::Collective {
+                        op: "training step",
+                        reason: "a device's thread panicked".into(),
+                    })
+                })
+            });
+            // The error that caused the stop, rather than the others' PeerFailed.
+            let mut outcome = own;
+            for other in others {
+                outcome = match (outcome, other) {
+                    (Ok(()) | Err(ClrError::PeerFailed), Err(e))
+                        if !matches!(e, ClrError::PeerFailed) =>
+                    {
+                        Err(e)
+                    }
+                    (Ok(()), Err(e)) => Err(e),
+                    (kept, _) => kept,
+                };
+            }
+            outcome
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use burn::module::Module;
     use burn::nn::{Linear, LinearConfig};
     use vlgo_core::testing::TestAutodiffBackend as AB;
@@ -239,13 +444,9 @@ mod tests {
 
     /// The collective engine keeps one group per backend type and process: the tests that form
     /// one take turns.
-    static GROUP: Mutex<()> = Mutex::new(());
-
     /// Runs `work` on `peers` threads, one peer each, and returns their results in rank order.
     fn on_peers<T: Send>(peers: usize, work: impl Fn(Peer<AB>) -> T + Sync) -> Vec<T> {
-        let _turn = GROUP
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _turn = group_turn();
         std::thread::scope(|scope| {
             let threads: Vec<_> = (0..peers)
                 .map(|rank| {

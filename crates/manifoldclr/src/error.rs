@@ -47,6 +47,10 @@ pub enum ClrError {
         /// What the collective engine said.
         reason: String,
     },
+    /// Another device of a data-parallel run failed (its own error is reported by that
+    /// device): this one stopped with it.
+    #[error("another device of the data-parallel run failed")]
+    PeerFailed,
     /// An error of the operators and the exponential.
     #[error(transparent)]
     Core(#[from] vlgo_core::VlgoError),

@@ -4,7 +4,8 @@
 //! in both variants ([`info_nce()`]), and the SimCLR family and the ManifoldCLR methods behind one
 //! interface ([`Method`], [`ContrastiveModel`]; the Lie group part in [`manifold`]); the training
 //! loop in [`pretrain`], evaluation in [`eval`], semi-supervised classification in [`semisup`];
-//! with the `distributed` feature, the exchanges of data-parallel training in `distributed`.
+//! with the `distributed` feature, data-parallel training (`Pretrainer::run_on`) and its
+//! exchanges in `distributed`.
 
 pub mod backbone;
 pub mod clip;
@@ -30,7 +31,7 @@ pub use eval::{
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
 pub use manifold::{ManifoldConfig, ManifoldDiagnostics, ManifoldFigures, ManifoldStep};
-pub use method::{ContrastiveConfig, ContrastiveModel, Method, StepLoss};
+pub use method::{ContrastiveConfig, ContrastiveModel, Exchange, Method, StepLoss};
 pub use pretrain::{
     FeatureLog, GroupConfig, ManifoldLog, PretrainConfig, PretrainHooks, Pretrainer, StepLog,
     TrainBackend, TrainState, ViewSource,

@@ -351,9 +351,8 @@ pub(crate) fn manifold_step<B: ExpmBackend>(
     z0: Tensor<B, 2>,
     z1: Tensor<B, 2>,
     iteration: u64,
-    seed: u64,
+    streams: NoiseStreams,
 ) -> Result<(Option<Tensor<B, 2>>, ManifoldStep<B>)> {
-    let streams = NoiseStreams::new(seed);
     // L_m's way into the backbone, scaled: same values, gradient times backbone_grad.
     let g = config.backbone_grad;
     let scaled = |z: &Tensor<B, 2>| {
@@ -415,10 +414,10 @@ pub(crate) fn mixup<B: Backend>(
     z0: Tensor<B, 2>,
     z1: Tensor<B, 2>,
     iteration: u64,
-    seed: u64,
+    streams: NoiseStreams,
 ) -> Tensor<B, 2> {
     let n = z0.dims()[0];
-    let l: Vec<f32> = NoiseStreams::new(seed)
+    let l: Vec<f32> = streams
         .uniform_centered(iteration, MIXUP_STREAM, n)
         .into_iter()
         .map(|u| u + 0.5)
@@ -482,7 +481,7 @@ mod tests {
         let device = Default::default();
         let z0 = Tensor::<B, 2>::random([8, 5], burn::tensor::Distribution::Default, &device);
         let z1 = Tensor::<B, 2>::random([8, 5], burn::tensor::Distribution::Default, &device) + 2.0;
-        let anchor = mixup(z0.clone(), z1.clone(), 3, 1);
+        let anchor = mixup(z0.clone(), z1.clone(), 3, NoiseStreams::new(1));
         // anchor - z1 = l (z0 - z1): one l per row, in [0, 1], not the same for every row.
         let ratio = ((anchor - z1.clone()) / (z0 - z1))
             .into_data()
@@ -503,7 +502,7 @@ mod tests {
             Tensor::<B, 2>::zeros([8, 5], &device),
             Tensor::ones([8, 5], &device),
             4,
-            1,
+            NoiseStreams::new(1),
         );
         let other: Vec<f32> = again.into_data().to_vec::<f32>().unwrap();
         assert!(

@@ -8,8 +8,8 @@ use std::str::FromStr;
 use burn::module::Module;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
-use vlgo_core::ExpmBackend;
 use vlgo_core::layers::LayerBackend;
+use vlgo_core::{ExpmBackend, NoiseStreams};
 use vlgo_nn::Vlgo;
 
 use crate::backbone::{ResNet18, ResNet18Config};
@@ -289,6 +289,19 @@ impl ContrastiveConfig {
     }
 }
 
+/// How a training step sees the other devices of a data-parallel run: which equal part of the
+/// global batch it holds, and the rows of every part. `manifoldclr::distributed::Peer` is one
+/// (feature `distributed`).
+pub trait Exchange<B: Backend> {
+    /// This part's index, in `0..parts()`.
+    fn rank(&self) -> usize;
+    /// The number of equal parts of the global batch.
+    fn parts(&self) -> usize;
+    /// The `[n, d]` rows of every part in rank order, `[parts * n, d]`, this part's own rows
+    /// differentiable, the others' constants (each part differentiates its own).
+    fn gather_rows(&self, rows: Tensor<B, 2>) -> Result<Tensor<B, 2>>;
+}
+
 /// The loss of one step and the features it saw.
 #[derive(Debug, Clone)]
 pub struct StepLoss<B: Backend> {
@@ -345,6 +358,26 @@ impl<B: Backend> ContrastiveModel<B> {
     where
         B: LayerBackend + ExpmBackend,
     {
+        self.step_with(view0, view1, iteration, None)
+    }
+
+    /// [`step`](Self::step) on this device's part of a global batch split over `exchange`'s
+    /// parts (data-parallel training; `None`: the whole batch is here). InfoNCE contrasts the
+    /// gathered rows of every part (its value is the global batch's, the same on every part);
+    /// the step's noise is this part's rows of the global batch's; batch norm normalises with
+    /// this part's own statistics; the per-sample manifold
+    /// terms are divided by the number of parts, so that the parts' gradients, summed, are
+    /// the global batch's.
+    pub fn step_with(
+        &self,
+        view0: Tensor<B, 4>,
+        view1: Tensor<B, 4>,
+        iteration: u64,
+        exchange: Option<&dyn Exchange<B>>,
+    ) -> Result<StepLoss<B>>
+    where
+        B: LayerBackend + ExpmBackend,
+    {
         if view0.dims() != view1.dims() || view0.dims()[0] < 2 {
             return Err(ClrError::invalid(
                 "views",
@@ -352,6 +385,17 @@ impl<B: Backend> ContrastiveModel<B> {
                 "two batches of the same shape with at least 2 images",
             ));
         }
+        let (streams, parts) = match exchange {
+            Some(e) => (
+                NoiseStreams::new(self.seed).shard(e.rank(), e.parts())?,
+                e.parts(),
+            ),
+            None => (NoiseStreams::new(self.seed), 1),
+        };
+        let gather = |rows: Tensor<B, 2>| match exchange {
+            Some(e) => e.gather_rows(rows),
+            None => Ok(rows),
+        };
         let n = view0.dims()[0];
         let features = self
             .backbone
@@ -369,12 +413,12 @@ impl<B: Backend> ContrastiveModel<B> {
                     z0.clone(),
                     z1.clone(),
                     iteration,
-                    self.seed,
+                    streams,
                 )?;
                 (anchor, Some(m))
             }
             (None, Method::ManifoldMixupClr) => (
-                Some(mixup(z0.clone(), z1.clone(), iteration, self.seed)),
+                Some(mixup(z0.clone(), z1.clone(), iteration, streams)),
                 None,
             ),
             (None, _) => (None, None),
@@ -387,14 +431,15 @@ impl<B: Backend> ContrastiveModel<B> {
                 Some(a) => self.head.try_forward(a)?,
                 None => projected.narrow(0, 0, n),
             };
-            info_nce(h0, h1, None, &self.loss)?
+            info_nce(gather(h0)?, gather(h1)?, None, &self.loss)?
         } else {
             match anchor {
-                Some(a) => info_nce(a, z1, Some(z0), &self.loss)?,
-                None => info_nce(z0, z1, None, &self.loss)?,
+                Some(a) => info_nce(gather(a)?, gather(z1)?, Some(gather(z0)?), &self.loss)?,
+                None => info_nce(gather(z0)?, gather(z1)?, None, &self.loss)?,
             }
         };
         let loss = match &manifold {
+            Some(m) if parts > 1 => loss_nce.clone() + m.loss.clone().div_scalar(parts as f64),
             Some(m) => loss_nce.clone() + m.loss.clone(),
             None => loss_nce.clone(),
         };

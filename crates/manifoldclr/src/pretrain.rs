@@ -25,7 +25,7 @@ use crate::clip::clip_global_norm;
 use crate::error::{ClrError, Result};
 use crate::eval::spectrum;
 use crate::manifold::{ManifoldDiagnostics, ManifoldFigures, read_floats};
-use crate::method::{ContrastiveConfig, ContrastiveModel};
+use crate::method::{ContrastiveConfig, ContrastiveModel, Exchange};
 use crate::schedule::WarmupCosine;
 
 /// Optimiser settings of one parameter group.
@@ -95,6 +95,12 @@ pub struct PretrainConfig {
     /// a d x d eigenvalue problem on the host: cheap at d = 128, a few tenths of a second at 512.
     #[serde(default = "default_spectrum_every")]
     pub spectrum_every: usize,
+    /// Devices that share every batch (data parallelism: each holds `batch_size / devices`
+    /// images of it; feature `distributed`). A run's results do not depend on it beyond the
+    /// batch-norm statistics, which are each device's own; a checkpoint resumes with any
+    /// number.
+    #[serde(default = "default_devices")]
+    pub devices: usize,
 }
 
 /// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand: Burn's
@@ -103,6 +109,10 @@ impl burn::config::Config for PretrainConfig {}
 
 fn default_spectrum_every() -> usize {
     10
+}
+
+fn default_devices() -> usize {
+    1
 }
 
 impl PretrainConfig {
@@ -131,6 +141,23 @@ impl PretrainConfig {
             {
                 return Err(ClrError::invalid(name, c, "clip > 0"));
             }
+        }
+        if self.devices == 0
+            || !self.batch_size.is_multiple_of(self.devices)
+            || self.batch_size / self.devices < 2
+        {
+            return Err(ClrError::invalid(
+                "devices",
+                format!("{} for a batch of {}", self.devices, self.batch_size),
+                "a divisor of batch_size that leaves each device at least 2 images",
+            ));
+        }
+        if self.devices > 1 && !cfg!(feature = "distributed") {
+            return Err(ClrError::invalid(
+                "devices",
+                self.devices,
+                "1: this build of manifoldclr lacks its `distributed` feature",
+            ));
         }
         if self.warmup_epochs > self.epochs {
             return Err(ClrError::invalid(
@@ -182,6 +209,10 @@ pub struct StepLog {
     pub grad_norm: f64,
     /// Images (pairs of views) per second over the step, data included.
     pub images_per_second: f64,
+    /// Seconds this device spent in the exchanges of data-parallel training since the last
+    /// step's log, waits for the other devices included (one device: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_seconds: Option<f64>,
     /// The batch features' norm and spectrum (the first step and every `spectrum_every`-th
     /// after it: steps 1, 11, 21, ... for 10).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -327,6 +358,34 @@ pub trait PretrainHooks<B: TrainBackend> {
 
 type Adam<B> = OptimizerAdaptor<AdamW, ContrastiveModel<B>, B>;
 
+/// The exchanges of a data-parallel step beside the rows InfoNCE gathers: implemented by the
+/// collective engine's peers (feature `distributed`).
+pub(crate) trait StepSync<B: TrainBackend>: Exchange<B> {
+    /// This as the step's [`Exchange`].
+    fn as_exchange(&self) -> &dyn Exchange<B>;
+    /// A parameter group's gradients summed over the parts.
+    fn sum_grads(&self, grads: GradientsParams) -> Result<GradientsParams>;
+    /// The parts' mean of a vector of figures.
+    fn mean(&self, figures: Tensor<B::InnerBackend, 1>) -> Result<Tensor<B::InnerBackend, 1>>;
+    /// Whether every part reports `ok`.
+    fn all_ok(&self, ok: bool) -> Result<bool>;
+    /// Seconds spent in the exchanges since the last call.
+    fn take_exchange_seconds(&self) -> f64;
+}
+
+/// `outcome`, once every part has said whether its own went well: an error on another part
+/// becomes [`ClrError::PeerFailed`] here, so that all parts stop at the same place.
+fn agree<B: TrainBackend, T>(sync: Option<&dyn StepSync<B>>, outcome: Result<T>) -> Result<T> {
+    let Some(sync) = sync else {
+        return outcome;
+    };
+    let all = sync.all_ok(outcome.is_ok())?;
+    match outcome {
+        Ok(_) if !all => Err(ClrError::PeerFailed),
+        outcome => outcome,
+    }
+}
+
 /// Batches whose views may be made ahead of the step that uses them: one is enough to hide
 /// the augmentation behind the step, a second absorbs an uneven batch.
 const PREFETCH: usize = 2;
@@ -412,15 +471,60 @@ impl<B: TrainBackend> Pretrainer<B> {
         &self.config
     }
 
+    /// A copy of the model, its optimisers and the state on `device`, for another device of a
+    /// data-parallel run (the optimisers' moments follow their parameters to the device at the
+    /// first step). The copy is a model of its own, loaded from this one's record: a clone
+    /// would share Burn's running states (batch-norm averages), which merge the updates of the
+    /// threads that share them in the order they come.
+    #[cfg(feature = "distributed")]
+    pub(crate) fn replica(&self, device: &B::Device) -> Result<Self> {
+        let fresh = self
+            .config
+            .model
+            .init_seeded::<B>(device, self.config.seed)?;
+        Ok(Self {
+            model: fresh
+                .load_record(self.model.clone().into_record())
+                .fork(device),
+            opt_backbone: self.opt_backbone.clone(),
+            opt_head: self.opt_head.clone(),
+            opt_operators: self.opt_operators.clone(),
+            opt_variational: self.opt_variational.clone(),
+            state: self.state,
+            config: self.config.clone(),
+        })
+    }
+
     /// Trains until `config.epochs` (from where the state stands), writing a checkpoint into
     /// `checkpoints` after every epoch. A non-finite loss or gradient norm stops with an error
-    /// before the step is applied; the last checkpoint is the last good state.
+    /// before the step is applied; the last checkpoint is the last good state. With
+    /// `config.devices` > 1, the devices are that many threads on `device` (see
+    /// [`Pretrainer::run_on`] for one device each).
     pub fn run(
         &mut self,
         data: &dyn ViewSource,
         checkpoints: &Path,
         hooks: &mut dyn PretrainHooks<B>,
         device: &B::Device,
+    ) -> Result<()> {
+        #[cfg(feature = "distributed")]
+        if self.config.devices > 1 {
+            let devices = vec![device.clone(); self.config.devices];
+            return self.run_on(data, checkpoints, hooks, &devices);
+        }
+        // Without the feature, validation refuses devices > 1.
+        self.run_part(data, checkpoints, Some(hooks), device, None)
+    }
+
+    /// The loop on one part of every batch (all of it without `sync`): only the part with
+    /// hooks (rank 0) writes checkpoints and calls them.
+    pub(crate) fn run_part(
+        &mut self,
+        data: &dyn ViewSource,
+        checkpoints: &Path,
+        mut hooks: Option<&mut dyn PretrainHooks<B>>,
+        device: &B::Device,
+        sync: Option<&dyn StepSync<B>>,
     ) -> Result<()> {
         let c = self.config.clone();
         if data.shape()[0] != c.model.in_channels {
@@ -441,10 +545,16 @@ impl<B: TrainBackend> Pretrainer<B> {
         let schedules =
             [&c.backbone, &c.head, &c.operators, &c.variational].map(|g| c.schedule(g, per_epoch));
         let shape = data.shape();
+        let (rank, parts) = sync.map_or((0, 1), |s| (s.rank(), s.parts()));
+        let local = c.batch_size / parts;
         for epoch in self.state.epochs_done..c.epochs {
             let start = Instant::now();
             let order = epoch_order(c.seed, epoch, data.len());
-            let batches: Vec<&[usize]> = order.chunks_exact(c.batch_size).collect();
+            // This part's images of every batch of the epoch.
+            let batches: Vec<&[usize]> = order
+                .chunks_exact(c.batch_size)
+                .map(|b| &b[rank * local..(rank + 1) * local])
+                .collect();
             std::thread::scope(|scope| -> Result<()> {
                 // The views of the next batches are made on another thread while the device
                 // runs the step: a bounded queue, at most PREFETCH batches ahead. The views are
@@ -460,27 +570,40 @@ impl<B: TrainBackend> Pretrainer<B> {
                         }
                     }
                 });
-                for (batch, views) in batches.iter().zip(rx) {
+                for views in rx.iter().take(batches.len()) {
                     // The step's time counts the wait for views that were not ready.
                     let t = Instant::now();
-                    let views = views?;
-                    let n = batch.len();
-                    self.train_step(epoch, shape, n, views, &schedules, hooks, device, t)?;
+                    // Every part stops together: one that failed would leave the others
+                    // waiting for it in the next exchange.
+                    let views = agree(sync, views)?;
+                    let log =
+                        self.train_step(epoch, shape, local, views, &schedules, device, t, sync);
+                    let done = log.and_then(|log| match hooks.as_deref_mut() {
+                        Some(h) => h.step(&log),
+                        None => Ok(()),
+                    });
+                    agree(sync, done)?;
                 }
                 Ok(())
             })?;
             self.state.epochs_done = epoch + 1;
             self.state.train_seconds += start.elapsed().as_secs_f64();
-            self.save(checkpoints)?;
-            hooks.epoch_end(epoch + 1, &self.model)?;
+            let saved = match hooks.as_deref_mut() {
+                Some(h) => self
+                    .save(checkpoints)
+                    .and_then(|()| h.epoch_end(epoch + 1, &self.model)),
+                None => Ok(()),
+            };
+            agree(sync, saved)?;
         }
         Ok(())
     }
 
-    /// One optimisation step on the views of `n` images of `shape` [C, H, W]. Its figures come
-    /// back from the device in one read (the losses, the groups' gradient norms and the
-    /// manifold figures, all computed there); a non-finite one stops the run there, before the
-    /// step is applied.
+    /// One optimisation step on the views of `n` images of `shape` [C, H, W] (this part's, with
+    /// `sync`). Its figures come back from the device in one read (the losses, the groups'
+    /// gradient norms and the manifold figures, all computed there); a non-finite one stops
+    /// the run there, before the step is applied. With `sync`, the groups' gradients are summed
+    /// over the parts before clipping, and the figures are the parts' means.
     #[allow(clippy::too_many_arguments)]
     fn train_step(
         &mut self,
@@ -489,24 +612,35 @@ impl<B: TrainBackend> Pretrainer<B> {
         n: usize,
         [v0, v1]: [Vec<f32>; 2],
         schedules: &[WarmupCosine; 4],
-        hooks: &mut dyn PretrainHooks<B>,
         device: &B::Device,
         started: Instant,
-    ) -> Result<()> {
+        sync: Option<&dyn StepSync<B>>,
+    ) -> Result<StepLog> {
         let c = &self.config;
         let v0 = Tensor::<B, 4>::from_data(TensorData::new(v0, [n, ch, h, w]), device);
         let v1 = Tensor::<B, 4>::from_data(TensorData::new(v1, [n, ch, h, w]), device);
         let step = self.state.steps_done;
-        let out = self.model.step(v0, v1, step as u64)?;
+        let exchange = sync.map(|s| s.as_exchange());
+        let out = self.model.step_with(v0, v1, step as u64, exchange)?;
         let mut grads = out.loss.clone().backward();
-        let mut g_backbone = GradientsParams::from_module(&mut grads, &self.model.backbone);
-        let mut g_head = GradientsParams::from_module(&mut grads, &self.model.head);
+        let summed = |g: GradientsParams| match sync {
+            Some(s) => s.sum_grads(g),
+            None => Ok(g),
+        };
+        let mut g_backbone = summed(GradientsParams::from_module(
+            &mut grads,
+            &self.model.backbone,
+        ))?;
+        let mut g_head = summed(GradientsParams::from_module(&mut grads, &self.model.head))?;
         // The operators' gradients leave `grads` first, so that the rest of the VLGO model's
         // are the encoder's and prior's, clipped together.
-        let mut g_vlgo = self.model.vlgo.as_ref().map(|v| {
-            let ops = GradientsParams::from_module(&mut grads, &v.operators);
-            (ops, GradientsParams::from_module(&mut grads, v))
-        });
+        let mut g_vlgo = match self.model.vlgo.as_ref() {
+            Some(v) => {
+                let ops = summed(GradientsParams::from_module(&mut grads, &v.operators))?;
+                Some((ops, summed(GradientsParams::from_module(&mut grads, v))?))
+            }
+            None => None,
+        };
         let mut figures = vec![
             out.loss.clone().inner(),
             out.loss_nce.clone().inner(),
@@ -526,7 +660,12 @@ impl<B: TrainBackend> Pretrainer<B> {
                 m.figures.clone().inner(),
             ]);
         }
-        let values = read_floats(Tensor::cat(figures, 0), "step figures")?;
+        let figures = Tensor::cat(figures, 0);
+        let figures = match sync {
+            Some(s) => s.mean(figures)?,
+            None => figures,
+        };
+        let values = read_floats(figures, "step figures")?;
         let value = |i: usize| f64::from(values[i]);
         let diverged = |what, value| ClrError::Diverged {
             epoch: epoch + 1,
@@ -567,7 +706,9 @@ impl<B: TrainBackend> Pretrainer<B> {
         if !head_norm.is_finite() {
             return Err(diverged("head gradient norm", head_norm));
         }
+        // Each part's figures of its own features: the first part's are logged.
         let features = match c.spectrum_every {
+            _ if sync.is_some_and(|s| s.rank() > 0) => None,
             0 => None,
             k if !step.is_multiple_of(k) => None,
             _ => Some(FeatureLog::of(out.features.detach())?),
@@ -585,13 +726,15 @@ impl<B: TrainBackend> Pretrainer<B> {
         }
         self.model = model;
         self.state.steps_done += 1;
-        hooks.step(&StepLog {
+        let parts = sync.map_or(1, |s| s.parts());
+        Ok(StepLog {
             step: self.state.steps_done,
             epoch: epoch + 1,
             loss_nce,
             lr,
             grad_norm,
-            images_per_second: n as f64 / started.elapsed().as_secs_f64(),
+            images_per_second: (n * parts) as f64 / started.elapsed().as_secs_f64(),
+            exchange_seconds: sync.map(|s| s.take_exchange_seconds()),
             features,
             manifold,
         })

@@ -385,9 +385,13 @@ fn separable(rows: usize, seed: u64) -> manifoldclr::Features {
 fn the_probe_and_knn_separate_linearly_separable_features() {
     let device = Default::default();
     let (train, test) = (separable(600, 1), separable(150, 2));
+    // A budget that converges from any initialisation: at the default lr 1e-2, 30 epochs reach
+    // 100% from some of the backend generator's draws and stop at 70-85% from others (seen on
+    // wgpu, whose generator draws other weights than NdArray's for the same seed).
     let probe = manifoldclr::ProbeConfig {
         epochs: 30,
         batch_size: 100,
+        lr: 0.1,
         ..Default::default()
     };
     let acc = manifoldclr::linear_probe::<AD>(&train, &test, 3, &probe, &device).unwrap();
@@ -491,6 +495,7 @@ fn tiny_run_of(method: Method) -> manifoldclr::PretrainConfig {
         operators: manifoldclr::GroupConfig::operators(),
         variational: manifoldclr::GroupConfig::variational(),
         spectrum_every: 1,
+        devices: 1,
     }
 }
 
@@ -590,6 +595,166 @@ fn a_diverging_loss_stops_with_an_error_and_keeps_the_last_checkpoint() {
     assert!(msg.contains("NaN"), "{msg}");
     let kept = manifoldclr::Pretrainer::<AD>::resume(tiny_run(), &dir, &device).unwrap();
     assert_eq!(kept.state.epochs_done, 1);
+}
+
+/// The step losses of a run, as its hooks saw them.
+#[cfg(feature = "distributed")]
+struct Losses(Vec<f64>);
+
+#[cfg(feature = "distributed")]
+impl manifoldclr::PretrainHooks<AD> for Losses {
+    fn step(&mut self, log: &manifoldclr::StepLog) -> manifoldclr::Result<()> {
+        let m = log.manifold.as_ref().map_or(0.0, |m| m.loss_manifold);
+        self.0.extend([log.loss_nce, m]);
+        Ok(())
+    }
+    fn epoch_end(
+        &mut self,
+        _: usize,
+        _: &manifoldclr::ContrastiveModel<AD>,
+    ) -> manifoldclr::Result<()> {
+        Ok(())
+    }
+}
+
+/// The largest |a - b| relative to the largest |b - base| (how far two runs from `base` part,
+/// against how far training went).
+#[cfg(feature = "distributed")]
+fn parting(a: &[f32], b: &[f32], base: &[f32]) -> f64 {
+    let apart = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from((x - y).abs()))
+        .fold(0.0, f64::max);
+    let moved = b
+        .iter()
+        .zip(base)
+        .map(|(x, y)| f64::from((x - y).abs()))
+        .fold(0.0, f64::max);
+    apart / moved
+}
+
+#[test]
+#[cfg(feature = "distributed")]
+fn two_devices_train_as_one_up_to_batch_norm_and_resume_on_one() {
+    let device = Default::default();
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_path_buf();
+    let config = |devices: usize| manifoldclr::PretrainConfig {
+        devices,
+        ..tiny_run_of(Method::ManifoldClrMlp)
+    };
+    let start = dir.join("start");
+    let init = manifoldclr::Pretrainer::<AD>::new(config(1), &device).unwrap();
+    init.save(&start).unwrap();
+    let initial = params(&init.model);
+    drop(init);
+    let run = |devices: usize, out: &str| {
+        let mut run =
+            manifoldclr::Pretrainer::<AD>::resume(config(devices), &start, &device).unwrap();
+        let mut losses = Losses(Vec::new());
+        run.run(&Patterns, &dir.join(out), &mut losses, &device)
+            .unwrap();
+        assert_eq!(run.state.steps_done, 9);
+        (params(&run.model), losses.0)
+    };
+    let (one, one_losses) = run(1, "one");
+    let (two, two_losses) = run(2, "two");
+    // Each device normalises its half of the batch with its own statistics: the runs part by
+    // that alone, and by much at this size (2 images, 4 rows, per device and batch norm):
+    // measured, parameters 0.32 of the distance trained apart and step losses up to 0.40
+    // relative. The bounds say that the runs stay related, not that they agree.
+    let apart = parting(&two, &one, &initial);
+    let worst_loss = one_losses
+        .iter()
+        .zip(&two_losses)
+        .map(|(a, b)| (a - b).abs() / a.abs().max(1e-3))
+        .fold(0.0, f64::max);
+    eprintln!(
+        "two devices against one: parameters apart {apart:.3e} of the distance trained, losses {worst_loss:.3e} relative"
+    );
+    assert!(apart > 0.0 && apart < 0.5, "{apart}");
+    assert!(worst_loss < 0.6, "{one_losses:?} vs {two_losses:?}");
+    // A run on two devices is as deterministic as on one: cut after an epoch and resumed (on
+    // two), it ends where it would have.
+    let mut cut = manifoldclr::Pretrainer::<AD>::resume(config(2), &start, &device).unwrap();
+    let e = cut
+        .run(
+            &Patterns,
+            &dir.join("cut"),
+            &mut StopAfter(Some(1)),
+            &device,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("stopped"), "{e}");
+    drop(cut);
+    // The checkpoint of two devices resumes on one (the rest of the run on one device) ...
+    let mut on_one =
+        manifoldclr::Pretrainer::<AD>::resume(config(1), &dir.join("cut"), &device).unwrap();
+    assert_eq!(on_one.state.steps_done, 3);
+    on_one
+        .run(
+            &Patterns,
+            &dir.join("on-one"),
+            &mut StopAfter(None),
+            &device,
+        )
+        .unwrap();
+    assert_eq!(on_one.state.steps_done, 9);
+    let apart_resumed = parting(&params(&on_one.model), &two, &initial);
+    assert!(apart_resumed < 0.5, "{apart_resumed}");
+    // ... and on two, where it ends exactly as the uncut run.
+    let mut resumed =
+        manifoldclr::Pretrainer::<AD>::resume(config(2), &dir.join("cut"), &device).unwrap();
+    resumed
+        .run(&Patterns, &dir.join("cut"), &mut StopAfter(None), &device)
+        .unwrap();
+    assert_eq!(params(&resumed.model), two);
+}
+
+#[test]
+#[cfg(feature = "distributed")]
+fn a_failure_on_one_device_stops_every_device_with_that_error() {
+    /// Image 5's views fail to load.
+    struct Broken;
+    impl manifoldclr::ViewSource for Broken {
+        fn len(&self) -> usize {
+            12
+        }
+        fn shape(&self) -> [usize; 3] {
+            [1, 8, 8]
+        }
+        fn views(&self, indices: &[usize], epoch: usize) -> manifoldclr::Result<[Vec<f32>; 2]> {
+            match indices.contains(&5) {
+                true => Err(manifoldclr::ClrError::Checkpoint(
+                    "image 5 is unreadable".into(),
+                )),
+                false => Patterns.views(indices, epoch),
+            }
+        }
+    }
+    let device = Default::default();
+    let temp = tempfile::tempdir().unwrap();
+    let config = manifoldclr::PretrainConfig {
+        devices: 2,
+        ..tiny_run()
+    };
+    let mut run = manifoldclr::Pretrainer::<AD>::new(config.clone(), &device).unwrap();
+    let e = run
+        .run(&Broken, temp.path(), &mut StopAfter(None), &device)
+        .unwrap_err();
+    assert!(e.to_string().contains("image 5 is unreadable"), "{e}");
+    // Devices that do not divide the batch, or leave a device fewer than 2 images.
+    for devices in [0, 3, 4] {
+        let bad = manifoldclr::PretrainConfig {
+            devices,
+            ..config.clone()
+        };
+        let e = manifoldclr::Pretrainer::<AD>::new(bad, &device)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("devices"), "{e}");
+    }
 }
 
 /// The summed |gradient| of every parameter of `module` (0 when none has a gradient).

@@ -25,28 +25,69 @@ fn mix(mut x: u64) -> u64 {
 /// // The same key always gives the same numbers, whatever was drawn before.
 /// assert_eq!(streams.uniform_centered(3, 0, 4), streams.uniform_centered(3, 0, 4));
 /// assert_ne!(streams.uniform_centered(3, 0, 4), streams.uniform_centered(3, 1, 4));
+/// // Two shards of a batch draw the two halves of the whole batch's numbers.
+/// let whole = streams.uniform_centered(3, 0, 4);
+/// let halves = [0, 1].map(|rank| streams.shard(rank, 2).unwrap().uniform_centered(3, 0, 2));
+/// assert_eq!(halves.concat(), whole);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NoiseStreams {
     seed: u64,
+    /// Which of `shards` equal parts of every draw this is (see [`NoiseStreams::shard`]).
+    #[serde(default)]
+    shard: usize,
+    #[serde(default = "one")]
+    shards: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl NoiseStreams {
     /// Streams for a run's seed.
     pub fn new(seed: u64) -> Self {
-        Self { seed }
+        Self {
+            seed,
+            shard: 0,
+            shards: 1,
+        }
     }
 
-    /// The generator of stream `stream` at step `step`.
+    /// The streams of part `rank` of a batch split in `shards` equal parts (data-parallel
+    /// training: one part per device): a draw of `count` numbers returns the `rank`-th block of
+    /// `count` among the `count * shards` the whole batch draws, so a batch's noise does not
+    /// depend on how many devices share it. A rank outside `0..shards` is an error.
+    pub fn shard(self, rank: usize, shards: usize) -> Result<Self, crate::VlgoError> {
+        if rank >= shards {
+            return Err(crate::VlgoError::invalid(
+                "noise shard",
+                format!("part {rank} of {shards}"),
+                "a part in 0..shards",
+            ));
+        }
+        Ok(Self {
+            shard: rank,
+            shards,
+            ..self
+        })
+    }
+
+    /// The generator of stream `stream` at step `step` (the whole stream: not sharded).
     pub fn generator(&self, step: u64, stream: u64) -> StreamRng {
         StreamRng::seed_from_u64(mix(mix(self.seed ^ mix(step)) ^ mix(stream.wrapping_add(1))))
     }
 
     /// `count` draws from U(-1/2, 1/2) for (step, stream): the input of the Laplace
-    /// reparameterisation.
+    /// reparameterisation. Row-major `[rows, m]` draws of a sharded stream are the shard's rows.
     pub fn uniform_centered(&self, step: u64, stream: u64, count: usize) -> Vec<f32> {
         let mut rng = self.generator(step, stream);
-        (0..count).map(|_| rng.random::<f32>() - 0.5).collect()
+        // The blocks before this shard's are drawn and dropped: a shard costs `shards` times
+        // the draws, negligible beside the step they feed.
+        (0..count * (self.shard + 1))
+            .map(|_| rng.random::<f32>() - 0.5)
+            .skip(count * self.shard)
+            .collect()
     }
 }
 
