@@ -362,11 +362,11 @@ impl<B: TrainBackend> Pretrainer<B> {
     /// the devices before every optimiser step (InfoNCE's on the rows gathered from all of
     /// them, the manifold terms' per sample), so every replica takes the same step, the
     /// global batch's up to the batch-norm statistics, which are each device's own. The first
-    /// device writes the checkpoints (one model, with its own batch-norm running averages; it
-    /// resumes on any number of devices) and
-    /// calls the hooks; the logged figures are the devices' means, the feature spectrum the
-    /// first device's. An error on one device stops all of them; it is returned as that
-    /// device gave it.
+    /// device, whose model must be on `devices[0]`, writes the checkpoints (one model, with its
+    /// own batch-norm running averages; it resumes on any number of devices) and calls the
+    /// hooks; the logged figures are the devices' means, the feature spectrum the first
+    /// device's. An error on one device stops all of them; it is returned as that device gave
+    /// it.
     pub fn run_on(
         &mut self,
         data: &dyn ViewSource,
