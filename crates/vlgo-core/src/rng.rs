@@ -82,8 +82,8 @@ impl NoiseStreams {
     /// reparameterisation. Row-major `[rows, m]` draws of a sharded stream are the shard's rows.
     pub fn uniform_centered(&self, step: u64, stream: u64, count: usize) -> Vec<f32> {
         let mut rng = self.generator(step, stream);
-        // The blocks before this shard's are drawn and dropped: a shard costs `shards` times
-        // the draws, negligible beside the step they feed.
+        // The blocks before this shard's are drawn and dropped: a shard costs at most `shards`
+        // times the draws, negligible beside the step they feed.
         (0..count * (self.shard + 1))
             .map(|_| rng.random::<f32>() - 0.5)
             .skip(count * self.shard)
