@@ -64,7 +64,9 @@ use burn::tensor::ops::FloatTensor;
 use crate::error::{ClrError, Result};
 use crate::manifold::read_floats;
 use crate::method::Exchange;
-use crate::pretrain::{PretrainHooks, Pretrainer, StepSync, TrainBackend, ViewSource};
+use crate::pretrain::{
+    PretrainHooks, Pretrainer, StepSync, TrainBackend, ViewSource, check_devices,
+};
 
 /// One of `peers` data-parallel peers of this process: a member of the collective group of the
 /// inner backend of `B`, left when dropped.
@@ -303,10 +305,6 @@ impl<B: TrainBackend> Exchange<B> for Part<B> {
 }
 
 impl<B: TrainBackend> StepSync<B> for Part<B> {
-    fn as_exchange(&self) -> &dyn Exchange<B> {
-        self
-    }
-
     fn sum_grads(&self, grads: GradientsParams) -> Result<GradientsParams> {
         self.timed(|| self.peer.all_reduce_grads(grads, ReduceOperation::Sum))
     }
@@ -375,14 +373,7 @@ impl<B: TrainBackend> Pretrainer<B> {
         devices: &[B::Device],
     ) -> Result<()> {
         let parts = devices.len();
-        let batch = self.config().batch_size;
-        if parts == 0 || !batch.is_multiple_of(parts) || batch / parts < 2 {
-            return Err(ClrError::invalid(
-                "devices",
-                format!("{parts} for a batch of {batch}"),
-                "a divisor of batch_size that leaves each device at least 2 images",
-            ));
-        }
+        check_devices(parts, self.config().batch_size)?;
         if parts == 1 {
             return self.run_part(data, checkpoints, Some(hooks), &devices[0], None);
         }

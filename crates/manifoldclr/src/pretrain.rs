@@ -115,6 +115,18 @@ fn default_devices() -> usize {
     1
 }
 
+/// `devices` sharing batches of `batch_size`: a divisor that leaves each at least 2 images.
+pub(crate) fn check_devices(devices: usize, batch_size: usize) -> Result<()> {
+    if devices == 0 || !batch_size.is_multiple_of(devices) || batch_size / devices < 2 {
+        return Err(ClrError::invalid(
+            "devices",
+            format!("{devices} for a batch of {batch_size}"),
+            "a divisor of batch_size that leaves each device at least 2 images",
+        ));
+    }
+    Ok(())
+}
+
 impl PretrainConfig {
     /// Checks every setting.
     pub fn validate(&self) -> Result<()> {
@@ -142,16 +154,7 @@ impl PretrainConfig {
                 return Err(ClrError::invalid(name, c, "clip > 0"));
             }
         }
-        if self.devices == 0
-            || !self.batch_size.is_multiple_of(self.devices)
-            || self.batch_size / self.devices < 2
-        {
-            return Err(ClrError::invalid(
-                "devices",
-                format!("{} for a batch of {}", self.devices, self.batch_size),
-                "a divisor of batch_size that leaves each device at least 2 images",
-            ));
-        }
+        check_devices(self.devices, self.batch_size)?;
         if self.devices > 1 && !cfg!(feature = "distributed") {
             return Err(ClrError::invalid(
                 "devices",
@@ -361,8 +364,6 @@ type Adam<B> = OptimizerAdaptor<AdamW, ContrastiveModel<B>, B>;
 /// The exchanges of a data-parallel step beside the rows InfoNCE gathers: implemented by the
 /// collective engine's peers (feature `distributed`).
 pub(crate) trait StepSync<B: TrainBackend>: Exchange<B> {
-    /// This as the step's [`Exchange`].
-    fn as_exchange(&self) -> &dyn Exchange<B>;
     /// A parameter group's gradients summed over the parts.
     fn sum_grads(&self, grads: GradientsParams) -> Result<GradientsParams>;
     /// The parts' mean of a vector of figures.
@@ -620,7 +621,7 @@ impl<B: TrainBackend> Pretrainer<B> {
         let v0 = Tensor::<B, 4>::from_data(TensorData::new(v0, [n, ch, h, w]), device);
         let v1 = Tensor::<B, 4>::from_data(TensorData::new(v1, [n, ch, h, w]), device);
         let step = self.state.steps_done;
-        let exchange = sync.map(|s| s.as_exchange());
+        let exchange = sync.map(|s| s as &dyn Exchange<B>);
         let out = self.model.step_with(v0, v1, step as u64, exchange)?;
         let mut grads = out.loss.clone().backward();
         let summed = |g: GradientsParams| match sync {
