@@ -12,9 +12,10 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Initializer, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use vlgo_core::layers::{LayerBackend, batch_norm_module, conv2d_module, global_avg_pool};
+use vlgo_core::layers::{LayerBackend, conv2d_module, global_avg_pool};
 
 use crate::error::ClrError;
+use crate::norm::{StatsSum, batch_norm};
 
 // `#[derive(Config)]` expands to code that names `Result` unqualified.
 type ClrResult<T> = crate::error::Result<T>;
@@ -61,19 +62,20 @@ impl<B: Backend> BasicBlock<B> {
         }
     }
 
-    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4>
+    fn forward(&self, x: Tensor<B, 4>, stats: Option<&dyn StatsSum<B>>) -> ClrResult<Tensor<B, 4>>
     where
         B: LayerBackend,
     {
         let identity = match &self.shortcut {
-            Some((conv, bn)) => batch_norm_module(bn, conv2d_module(conv, x.clone())),
+            Some((conv, bn)) => batch_norm(bn, conv2d_module(conv, x.clone()), stats)?,
             None => x.clone(),
         };
         let out = self
             .relu
-            .forward(batch_norm_module(&self.bn1, conv2d_module(&self.conv1, x)));
-        self.relu
-            .forward(batch_norm_module(&self.bn2, conv2d_module(&self.conv2, out)) + identity)
+            .forward(batch_norm(&self.bn1, conv2d_module(&self.conv1, x), stats)?);
+        Ok(self
+            .relu
+            .forward(batch_norm(&self.bn2, conv2d_module(&self.conv2, out), stats)? + identity))
     }
 }
 
@@ -190,6 +192,19 @@ impl<B: Backend> ResNet18<B> {
     where
         B: LayerBackend,
     {
+        self.try_forward_with(images, None)
+    }
+
+    /// [`try_forward`](Self::try_forward) with the batch-norm statistics in training summed
+    /// over `stats`' devices (synchronised batch norm; `None`: this batch's own).
+    pub fn try_forward_with(
+        &self,
+        images: Tensor<B, 4>,
+        stats: Option<&dyn StatsSum<B>>,
+    ) -> ClrResult<Tensor<B, 2>>
+    where
+        B: LayerBackend,
+    {
         let [_, c, h, w] = images.dims();
         if c != self.in_channels || h == 0 || w == 0 {
             return Err(ClrError::invalid(
@@ -198,15 +213,16 @@ impl<B: Backend> ResNet18<B> {
                 format!("[batch, {}, height >= 1, width >= 1]", self.in_channels),
             ));
         }
-        let mut x = self.relu.forward(batch_norm_module(
+        let mut x = self.relu.forward(batch_norm(
             &self.stem_bn,
             conv2d_module(&self.stem, images),
-        ));
+            stats,
+        )?);
         if let Some(pool) = &self.max_pool {
             x = pool.forward(x);
         }
         for block in &self.blocks {
-            x = block.forward(x);
+            x = block.forward(x, stats)?;
         }
         Ok(global_avg_pool(x))
     }

@@ -64,6 +64,7 @@ use burn::tensor::ops::FloatTensor;
 use crate::error::{ClrError, Result};
 use crate::manifold::read_floats;
 use crate::method::Exchange;
+use crate::norm::StatsSum;
 use crate::pretrain::{
     PretrainHooks, Pretrainer, StepSync, TrainBackend, ViewSource, check_devices,
 };
@@ -265,17 +266,19 @@ impl<B: AutodiffBackend> Exchange<B> for Peer<B> {
     }
 }
 
-/// A peer in a pre-training run: its exchanges and the time they took since the last step's
-/// log.
+/// A peer in a pre-training run: its exchanges, whether batch norm is synchronised, and the
+/// time the exchanges took since the last step's log.
 struct Part<B: TrainBackend> {
     peer: Peer<B>,
+    sync_batch_norm: bool,
     spent: Cell<f64>,
 }
 
 impl<B: TrainBackend> Part<B> {
-    fn new(peer: Peer<B>) -> Self {
+    fn new(peer: Peer<B>, sync_batch_norm: bool) -> Self {
         Self {
             peer,
+            sync_batch_norm,
             spent: Cell::new(0.0),
         }
     }
@@ -301,6 +304,21 @@ impl<B: TrainBackend> Exchange<B> for Part<B> {
 
     fn gather_rows(&self, rows: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
         self.timed(|| self.peer.all_gather_rows(rows))
+    }
+
+    fn batch_stats(&self) -> Option<&dyn StatsSum<B>> {
+        self.sync_batch_norm.then_some(self as &dyn StatsSum<B>)
+    }
+}
+
+impl<B: TrainBackend> StatsSum<B> for Part<B> {
+    fn devices(&self) -> usize {
+        self.peer.peers
+    }
+
+    // The backward pass's exchanges are not timed: autodiff runs them.
+    fn sum(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        self.timed(|| self.peer.all_reduce_sum(x))
     }
 }
 
@@ -377,6 +395,7 @@ impl<B: TrainBackend> Pretrainer<B> {
         if parts == 1 {
             return self.run_part(data, checkpoints, Some(hooks), &devices[0], None);
         }
+        let sync_bn = self.config().sync_batch_norm;
         let _turn = group_turn();
         let replicas = devices[1..]
             .iter()
@@ -389,13 +408,13 @@ impl<B: TrainBackend> Pretrainer<B> {
                 .map(|(mut replica, rank)| {
                     let device = &devices[rank];
                     scope.spawn(move || -> Result<()> {
-                        let part = Part::new(Peer::<B>::join(rank, parts, device)?);
+                        let part = Part::new(Peer::<B>::join(rank, parts, device)?, sync_bn);
                         replica.run_part(data, checkpoints, None, device, Some(&part))
                     })
                 })
                 .collect();
             let own = Peer::<B>::join(0, parts, &devices[0]).and_then(|peer| {
-                let part = Part::new(peer);
+                let part = Part::new(peer, sync_bn);
                 self.run_part(data, checkpoints, Some(hooks), &devices[0], Some(&part))
             });
             let others = others.into_iter().map(|t| {

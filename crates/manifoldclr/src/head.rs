@@ -4,9 +4,10 @@ use burn::module::Module;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, Relu};
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
-use vlgo_core::layers::{LayerBackend, batch_norm_module};
+use vlgo_core::layers::LayerBackend;
 
 use crate::error::{ClrError, Result};
+use crate::norm::{StatsSum, batch_norm};
 
 /// Which head: the protocol's MLP (Linear d -> 1024, BatchNorm1d, ReLU, Linear 1024 -> 128), one
 /// linear layer d -> 128, or none (the loss sees the raw features).
@@ -101,6 +102,19 @@ impl<B: Backend> ProjectionHead<B> {
     where
         B: LayerBackend,
     {
+        self.try_forward_with(features, None)
+    }
+
+    /// [`try_forward`](Self::try_forward) with the batch-norm statistics in training summed
+    /// over `stats`' devices (synchronised batch norm; `None`: this batch's own).
+    pub fn try_forward_with(
+        &self,
+        features: Tensor<B, 2>,
+        stats: Option<&dyn StatsSum<B>>,
+    ) -> Result<Tensor<B, 2>>
+    where
+        B: LayerBackend,
+    {
         let [n, d] = features.dims();
         if d != self.input {
             return Err(ClrError::invalid(
@@ -118,7 +132,7 @@ impl<B: Backend> ProjectionHead<B> {
                     "at least 2 rows to train the MLP head's batch norm",
                 ));
             }
-            x = self.relu.forward(batch_norm_module(bn, first.forward(x)));
+            x = self.relu.forward(batch_norm(bn, first.forward(x), stats)?);
         }
         if let Some(last) = &self.last {
             x = last.forward(x);

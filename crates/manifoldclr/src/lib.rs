@@ -17,6 +17,7 @@ pub mod head;
 pub mod info_nce;
 pub mod manifold;
 pub mod method;
+pub mod norm;
 pub mod pretrain;
 pub mod schedule;
 pub mod semisup;
@@ -31,7 +32,7 @@ pub use eval::{
 pub use head::{HeadKind, ProjectionHead};
 pub use info_nce::{InfoNceConfig, Similarity, info_nce, unit_rows};
 pub use manifold::{ManifoldConfig, ManifoldDiagnostics, ManifoldFigures, ManifoldStep};
-pub use method::{ContrastiveConfig, ContrastiveModel, Exchange, Method, StepLoss};
+pub use method::{ContrastiveConfig, ContrastiveModel, Exchange, Method, OneDevice, StepLoss};
 pub use pretrain::{
     FeatureLog, GroupConfig, ManifoldLog, PretrainConfig, PretrainHooks, Pretrainer, StepLog,
     TrainBackend, TrainState, ViewSource,

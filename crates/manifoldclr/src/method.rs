@@ -17,6 +17,7 @@ use crate::error::{ClrError, Result};
 use crate::head::{HeadKind, ProjectionHead};
 use crate::info_nce::{InfoNceConfig, Similarity, info_nce};
 use crate::manifold::{ManifoldConfig, ManifoldStep, manifold_step, mixup};
+use crate::norm::{OwnStats, StatsSum};
 
 /// Mixed into the run's seed for the operators' initialisation.
 const OPERATOR_SEED: u64 = 0x0be7_a70e;
@@ -300,6 +301,34 @@ pub trait Exchange<B: Backend> {
     /// The `[n, d]` rows of every part in rank order, `[parts * n, d]`, this part's own rows
     /// differentiable, the others' constants (each part differentiates its own).
     fn gather_rows(&self, rows: Tensor<B, 2>) -> Result<Tensor<B, 2>>;
+    /// The sums that synchronise batch norm over the parts (none: each part normalises with
+    /// its own statistics).
+    fn batch_stats(&self) -> Option<&dyn StatsSum<B>> {
+        None
+    }
+}
+
+/// The whole batch on this device, with batch norm through the synchronised form's arithmetic
+/// ([`OwnStats`]): the one-device reference of a run with synchronised batch norm.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OneDevice;
+
+impl<B: Backend> Exchange<B> for OneDevice {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn parts(&self) -> usize {
+        1
+    }
+
+    fn gather_rows(&self, rows: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        Ok(rows)
+    }
+
+    fn batch_stats(&self) -> Option<&dyn StatsSum<B>> {
+        Some(&OwnStats)
+    }
 }
 
 /// The loss of one step and the features it saw.
@@ -365,7 +394,8 @@ impl<B: Backend> ContrastiveModel<B> {
     /// parts (data-parallel training; `None`: the whole batch is here). InfoNCE contrasts the
     /// gathered rows of every part (its value is the global batch's, the same on every part);
     /// the step's noise is this part's rows of the global batch's; batch norm normalises with
-    /// this part's own statistics; the per-sample manifold terms are divided by the number of
+    /// the exchange's [`batch_stats`](Exchange::batch_stats) if it has them (synchronised),
+    /// else with this part's own statistics; the per-sample manifold terms are divided by the number of
     /// parts, so that the parts' gradients, summed, are the global batch's.
     pub fn step_with(
         &self,
@@ -396,9 +426,10 @@ impl<B: Backend> ContrastiveModel<B> {
             None => Ok(rows),
         };
         let n = view0.dims()[0];
+        let stats = exchange.and_then(|e| e.batch_stats());
         let features = self
             .backbone
-            .try_forward(Tensor::cat(vec![view0, view1], 0))?;
+            .try_forward_with(Tensor::cat(vec![view0, view1], 0), stats)?;
         let d = self.contrast_dims.min(features.dims()[1]);
         let z0 = features.clone().slice([0..n, 0..d]);
         let z1 = features.clone().slice([n..2 * n, 0..d]);
@@ -423,11 +454,11 @@ impl<B: Backend> ContrastiveModel<B> {
             (None, _) => (None, None),
         };
         let loss_nce = if !self.head.is_identity() {
-            let projected = self.head.try_forward(features.clone())?;
+            let projected = self.head.try_forward_with(features.clone(), stats)?;
             let h1 = projected.clone().narrow(0, n, n);
             // h(z0~) is its own pass (own batch-norm statistics).
             let h0 = match anchor {
-                Some(a) => self.head.try_forward(a)?,
+                Some(a) => self.head.try_forward_with(a, stats)?,
                 None => projected.narrow(0, 0, n),
             };
             info_nce(gather(h0)?, gather(h1)?, None, &self.loss)?

@@ -25,7 +25,7 @@ use crate::clip::clip_global_norm;
 use crate::error::{ClrError, Result};
 use crate::eval::spectrum;
 use crate::manifold::{ManifoldDiagnostics, ManifoldFigures, read_floats};
-use crate::method::{ContrastiveConfig, ContrastiveModel, Exchange};
+use crate::method::{ContrastiveConfig, ContrastiveModel, Exchange, OneDevice};
 use crate::schedule::WarmupCosine;
 
 /// Optimiser settings of one parameter group.
@@ -101,6 +101,14 @@ pub struct PretrainConfig {
     /// number.
     #[serde(default = "default_devices")]
     pub devices: usize,
+    /// Synchronised batch norm: in training every batch-norm layer normalises with the
+    /// statistics of the global batch, summed over the devices (two exchanges per layer in
+    /// each pass, forward and backward), so that a run on several devices is the one-device
+    /// run up to rounding. On one device it computes the same statistics through the
+    /// synchronised form's arithmetic (the reference of a run on several). Off by default:
+    /// each device's own statistics, Burn's and the paper's.
+    #[serde(default)]
+    pub sync_batch_norm: bool,
 }
 
 /// Burn's `Config` (JSON `save` / `load`) over the serde form above, implemented by hand: Burn's
@@ -340,16 +348,30 @@ pub struct ManifoldLog {
 
 /// Backends that pre-train: every autodiff backend (`Autodiff<B>` over any Burn backend; the
 /// bounds hold for all of them, since [`LayerBackend`] and [`ExpmBackend`] are implemented for
-/// every backend, and name what the training calls).
+/// every backend, and name what the training calls; with the `distributed` feature, so is
+/// [`Collective`], the exchange inside autodiff that synchronised batch norm needs).
 pub trait TrainBackend:
-    AutodiffBackend<InnerBackend: LayerBackend + ExpmBackend> + LayerBackend + ExpmBackend
+    AutodiffBackend<InnerBackend: LayerBackend + ExpmBackend> + LayerBackend + ExpmBackend + Collective
 {
 }
 
 impl<B> TrainBackend for B where
-    B: AutodiffBackend<InnerBackend: LayerBackend + ExpmBackend> + LayerBackend + ExpmBackend
+    B: AutodiffBackend<InnerBackend: LayerBackend + ExpmBackend>
+        + LayerBackend
+        + ExpmBackend
+        + Collective
 {
 }
+
+#[cfg(feature = "distributed")]
+pub use crate::distributed::CollectiveBackend as Collective;
+
+/// Without the `distributed` feature there is no exchange: every backend qualifies.
+#[cfg(not(feature = "distributed"))]
+pub trait Collective {}
+
+#[cfg(not(feature = "distributed"))]
+impl<B> Collective for B {}
 
 /// What runs around the loop.
 pub trait PretrainHooks<B: TrainBackend> {
@@ -621,7 +643,11 @@ impl<B: TrainBackend> Pretrainer<B> {
         let v0 = Tensor::<B, 4>::from_data(TensorData::new(v0, [n, ch, h, w]), device);
         let v1 = Tensor::<B, 4>::from_data(TensorData::new(v1, [n, ch, h, w]), device);
         let step = self.state.steps_done;
-        let exchange = sync.map(|s| s as &dyn Exchange<B>);
+        let exchange: Option<&dyn Exchange<B>> = match sync {
+            Some(s) => Some(s),
+            None if c.sync_batch_norm => Some(&OneDevice),
+            None => None,
+        };
         let out = self.model.step_with(v0, v1, step as u64, exchange)?;
         let mut grads = out.loss.clone().backward();
         let summed = |g: GradientsParams| match sync {

@@ -233,17 +233,7 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
     let device = x.device();
     if B::ad_enabled(&device) {
         let (y, mean, var) = batch_norm_train(x, bn.gamma.val(), bn.beta.val(), bn.epsilon);
-        let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| {
-            running
-                .to_device(&device)
-                .mul_scalar(1.0 - bn.momentum)
-                .add(batch.mul_scalar(bn.momentum))
-                .detach()
-        };
-        bn.running_mean
-            .update(blend(bn.running_mean.value_sync(), mean));
-        bn.running_var
-            .update(blend(bn.running_var.value_sync(), var));
+        update_running_stats(bn, mean, var);
         y
     } else {
         let mean = bn.running_mean.value().to_device(&device);
@@ -253,6 +243,37 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
         let y = B::channel_affine(unwrap(as_channels(x)), unwrap(scale), unwrap(shift));
         wrap::<B, 3>(y).reshape(dims)
     }
+}
+
+/// Blends a training batch's per-channel `mean` and biased `var` into `bn`'s running averages
+/// as Burn's `BatchNorm` does (`running * (1 - momentum) + batch * momentum`, detached).
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::nn::BatchNormConfig;
+/// use burn::prelude::*;
+///
+/// let device = Default::default();
+/// let bn = BatchNormConfig::new(1).with_momentum(0.5).init::<NdArray>(&device);
+/// let batch = Tensor::<NdArray, 1>::from_floats([4.0], &device);
+/// vlgo_core::layers::update_running_stats(&bn, batch.clone(), batch);
+/// // From mean 0 and variance 1: halfway to 4.
+/// assert_eq!(bn.running_mean.value().into_data().to_vec::<f32>().unwrap(), vec![2.0]);
+/// assert_eq!(bn.running_var.value().into_data().to_vec::<f32>().unwrap(), vec![2.5]);
+/// ```
+pub fn update_running_stats<B: Backend>(bn: &BatchNorm<B>, mean: Tensor<B, 1>, var: Tensor<B, 1>) {
+    let device = mean.device();
+    let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| {
+        running
+            .to_device(&device)
+            .mul_scalar(1.0 - bn.momentum)
+            .add(batch.detach().mul_scalar(bn.momentum))
+            .detach()
+    };
+    bn.running_mean
+        .update(blend(bn.running_mean.value_sync(), mean));
+    bn.running_var
+        .update(blend(bn.running_var.value_sync(), var));
 }
 
 /// `act(x w + b)` for S independent fully connected layers at once: x [S, N, K], `weight`
