@@ -258,8 +258,8 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
 /// let batch = Tensor::<NdArray, 1>::from_floats([4.0], &device);
 /// vlgo_core::layers::update_running_stats(&bn, batch.clone(), batch);
 /// // From mean 0 and variance 1: halfway to 4.
-/// assert_eq!(bn.running_mean.value().into_data().to_vec::<f32>().unwrap(), vec![2.0]);
-/// assert_eq!(bn.running_var.value().into_data().to_vec::<f32>().unwrap(), vec![2.5]);
+/// assert_eq!(bn.running_mean.value_sync().into_data().to_vec::<f32>().unwrap(), vec![2.0]);
+/// assert_eq!(bn.running_var.value_sync().into_data().to_vec::<f32>().unwrap(), vec![2.5]);
 /// ```
 pub fn update_running_stats<B: Backend>(bn: &BatchNorm<B>, mean: Tensor<B, 1>, var: Tensor<B, 1>) {
     let device = mean.device();
