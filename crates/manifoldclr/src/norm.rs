@@ -41,7 +41,7 @@ impl<B: Backend> StatsSum<B> for OwnStats {
 /// `bn` applied to `x` [N, C, ...]: in training (autodiff on) with `stats`, normalised by the
 /// mean and biased variance of the inputs of every device (two exchanges: the mean, then the
 /// squared deviations from it, which keeps the variance free of the cancellation of
-/// E[x^2] - E[x]^2), the running averages updated with them as Burn updates its own; otherwise
+/// `E[x^2] - E[x]^2`), the running averages updated with them as Burn updates its own; otherwise
 /// [`batch_norm_module`]. Every device must pass the same shape.
 ///
 /// ```
