@@ -395,8 +395,8 @@ impl<B: Backend> ContrastiveModel<B> {
     /// gathered rows of every part (its value is the global batch's, the same on every part);
     /// the step's noise is this part's rows of the global batch's; batch norm normalises with
     /// the exchange's [`batch_stats`](Exchange::batch_stats) if it has them (synchronised),
-    /// else with this part's own statistics; the per-sample manifold terms are divided by the number of
-    /// parts, so that the parts' gradients, summed, are the global batch's.
+    /// else with this part's own statistics; the per-sample manifold terms are divided by the
+    /// number of parts, so that the parts' gradients, summed, are the global batch's.
     pub fn step_with(
         &self,
         view0: Tensor<B, 4>,

@@ -10,7 +10,7 @@ use burn::nn::BatchNorm;
 use burn::prelude::*;
 use vlgo_core::layers::{LayerBackend, batch_norm_module, update_running_stats};
 
-use crate::error::Result;
+use crate::error::{ClrError, Result};
 
 /// A sum over the devices of a data-parallel run that autodiff differentiates (its backward
 /// pass sums the upstream gradients over the devices): the exchange synchronised batch norm
@@ -42,7 +42,8 @@ impl<B: Backend> StatsSum<B> for OwnStats {
 /// mean and biased variance of the inputs of every device (two exchanges: the mean, then the
 /// squared deviations from it, which keeps the variance free of the cancellation of
 /// `E[x^2] - E[x]^2`), the running averages updated with them as Burn updates its own; otherwise
-/// [`batch_norm_module`]. Every device must pass the same shape.
+/// [`batch_norm_module`]. Every device must pass the same shape; an `x` without a channel
+/// dimension of `bn`'s size is an error.
 ///
 /// ```
 /// use burn::backend::{Autodiff, NdArray};
@@ -64,14 +65,21 @@ pub fn batch_norm<B: LayerBackend, const D: usize>(
     x: Tensor<B, D>,
     stats: Option<&dyn StatsSum<B>>,
 ) -> Result<Tensor<B, D>> {
+    let dims = x.dims();
+    let channels = bn.gamma.dims()[0];
+    if D < 2 || dims[1] != channels {
+        return Err(ClrError::invalid(
+            "batch-norm input",
+            format!("{dims:?}"),
+            format!("[batch, {channels}, ...]"),
+        ));
+    }
     let stats = match stats {
         Some(s) if B::ad_enabled(&x.device()) => s,
         _ => return Ok(batch_norm_module(bn, x)),
     };
-    let dims = x.dims();
-    let channels = dims[1];
     // [C, rest]: one row per channel.
-    let rest = dims.iter().product::<usize>() / channels.max(1);
+    let rest = dims.iter().product::<usize>() / channels;
     let rows = x.swap_dims(0, 1).reshape([channels, rest]);
     let count = (rest * stats.devices()) as f64;
     let mean = stats.sum(rows.clone().sum_dim(1))?.div_scalar(count);
@@ -137,6 +145,18 @@ mod tests {
         assert!(close(&ours.2, &kernel.2), "gradient to gamma");
         assert!(close(&ours.3, &kernel.3), "running mean");
         assert!(close(&ours.4, &kernel.4), "running variance");
+    }
+
+    /// An input without `bn`'s channels is a named error, not a panic.
+    #[test]
+    fn inputs_without_the_channels_are_errors() {
+        let device = Default::default();
+        let bn = BatchNormConfig::new(3).init::<AB>(&device);
+        let flat = Tensor::<AB, 1>::zeros([6], &device);
+        let e = batch_norm(&bn, flat, Some(&OwnStats)).unwrap_err();
+        assert!(e.to_string().contains("[batch, 3, ...]"), "{e}");
+        let wrong = Tensor::<AB, 2>::zeros([2, 4], &device);
+        assert!(batch_norm(&bn, wrong, None).is_err());
     }
 
     /// Outside training the running averages normalise, with or without a sum.
