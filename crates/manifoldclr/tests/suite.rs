@@ -501,20 +501,14 @@ fn tiny_run_of(method: Method) -> manifoldclr::PretrainConfig {
 }
 
 fn params(model: &manifoldclr::ContrastiveModel<AD>) -> Vec<f32> {
-    struct All(Vec<f32>);
-    impl burn::module::ModuleVisitor<AD> for All {
-        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<AD, D>>) {
-            self.0.extend(p.val().into_data().to_vec::<f32>().unwrap());
-        }
-    }
-    let mut all = All(Vec::new());
-    model.visit(&mut all);
-    all.0
+    named_params(model)
+        .into_iter()
+        .flat_map(|(_, v)| v)
+        .collect()
 }
 
-/// The parameters (and batch-norm running averages) of `model` by module path, in `params`'
+/// The parameters (and batch-norm running averages) of `model` by module path, in visiting
 /// order.
-#[cfg(feature = "distributed")]
 fn named_params(model: &manifoldclr::ContrastiveModel<AD>) -> Vec<(String, Vec<f32>)> {
     #[derive(Default)]
     struct Named {
