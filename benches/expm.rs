@@ -7,6 +7,11 @@
 //! `pytorch_anchors.py --only expm`, whose figures belong beside these (same machine, same
 //! session). `--tensor-ops` adds the portable tensor-op implementation on NdArray (slow: its
 //! pivoted solve is n sequential whole-batch passes; one timed run after a warm-up).
+//!
+//! First it prints the single-thread kernels (the n x n product, the LU factorisation and its
+//! two solves) against which the batch figures read; `--matmul-only` stops there.
+//! `--profile-forward` then times only the Padé forward on NdArray at ~1.6, repeated `--reps`
+//! times: the run to put under `perf record`.
 
 use std::time::Instant;
 
@@ -200,10 +205,11 @@ fn bench_matmul(n: usize) {
     );
 }
 
-/// Single-thread time of the kernel's pivoted LU factorisation (2 n^3 / 3 flops) and of its solve
-/// with n right-hand sides (2 n^3 flops), for comparison with the product.
+/// Single-thread time of the kernel's pivoted LU factorisation (2 n^3 / 3 flops) and of its
+/// solves with n right-hand sides (2 n^3 flops; A X = B in the forward, A^T X = B in the
+/// backward), for comparison with the product.
 fn bench_lu(n: usize) {
-    use vlgo_core::cpu::simd::{lu_factor, lu_solve};
+    use vlgo_core::cpu::simd::{lu_factor, lu_solve, lu_solve_transposed};
     // Diagonally weak, so that the factorisation exchanges rows.
     let a: Vec<f32> = (0..n * n)
         .map(|k| ((k * 37 % 11) as f32 - 5.0) / 7.0 + if k % (n + 1) == 0 { 0.1 } else { 0.0 })
@@ -224,15 +230,23 @@ fn bench_lu(n: usize) {
             lu_solve(&u, &l, &perm, &mut x, &mut tmp, n);
         }
     });
+    let transposed = time(3, || {
+        for _ in 0..reps {
+            x.copy_from_slice(&b);
+            lu_solve_transposed(&u, &l, &perm, &mut x, &mut tmp, n);
+        }
+    });
     let cube = (n * n * n) as f64;
     let rate = |flops: f64, s: f64| reps as f64 * flops / s / 1e9;
     println!(
         "kernel LU factor {n}x{n}, one thread: {:.2} us, {:.0} GFLOP/s; solve with {n} right-hand \
-         sides: {:.2} us, {:.0} GFLOP/s",
+         sides: {:.2} us, {:.0} GFLOP/s; transposed: {:.2} us, {:.0} GFLOP/s",
         factor / reps as f64 * 1e6,
         rate(2.0 * cube / 3.0, factor),
         solve / reps as f64 * 1e6,
         rate(2.0 * cube, solve),
+        transposed / reps as f64 * 1e6,
+        rate(2.0 * cube, transposed),
     );
 }
 
@@ -245,6 +259,16 @@ fn main() {
     bench_matmul(args.n);
     bench_lu(args.n);
     if std::env::args().any(|a| a == "--matmul-only") {
+        return;
+    }
+    if std::env::args().any(|a| a == "--profile-forward") {
+        // Padé forward at ||A||_1 ~ 1.6 only, repeated: a target for `perf record`.
+        let device = Default::default();
+        let a = matrices::<burn::backend::NdArray>(args.matrices, args.n, 1.6, &device);
+        let s = time(args.reps, || {
+            let _ = expm_with(a.clone(), &ExpmConfig::new()).unwrap().into_data();
+        });
+        println!("Padé forward, NdArray: {:.1} ms", s * 1e3);
         return;
     }
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
