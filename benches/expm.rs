@@ -266,7 +266,9 @@ fn main() {
         let device = Default::default();
         let a = matrices::<burn::backend::NdArray>(args.matrices, args.n, 1.6, &device);
         let s = time(args.reps, || {
-            let _ = expm_with(a.clone(), &ExpmConfig::new()).unwrap().into_data();
+            let _ = expm_with(a.clone(), &ExpmConfig::new())
+                .unwrap()
+                .into_data();
         });
         println!("Padé forward, NdArray: {:.1} ms", s * 1e3);
         return;

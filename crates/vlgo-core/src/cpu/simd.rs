@@ -556,9 +556,9 @@ fn lower_tile<F: Fma, const R: usize, const W: usize>(
     for (k, strip) in x.chunks_exact(n).take(i0).enumerate() {
         let strip: &[f32; W] = strip[j0..j0 + W].try_into().unwrap();
         for (row, c) in acc.iter_mut().zip(&coefs) {
+            debug_assert!(k < c.len());
             // SAFETY: each slice of `coefs` holds i0 entries and k < i0 (`take(i0)`). The
             // compiler kept this bounds check inside the loop, at 16 % of the solve's time.
-            debug_assert!(k < c.len());
             let c = -unsafe { *c.get_unchecked(k) };
             for j in 0..W {
                 row[j] = F::fma(c, strip[j], row[j]);
@@ -595,9 +595,9 @@ fn upper_tile<F: Fma, const R: usize, const W: usize>(
     for (k, strip) in x[below * n..].chunks_exact(n).take(n - below).enumerate() {
         let strip: &[f32; W] = strip[j0..j0 + W].try_into().unwrap();
         for (row, c) in acc.iter_mut().zip(&coefs) {
+            debug_assert!(k < c.len());
             // SAFETY: each slice of `coefs` holds n - below entries and k < n - below
             // (`take(n - below)`); unchecked for the reason given in `lower_tile`.
-            debug_assert!(k < c.len());
             let c = -unsafe { *c.get_unchecked(k) };
             for j in 0..W {
                 row[j] = F::fma(c, strip[j], row[j]);
