@@ -4,8 +4,11 @@
 //!
 //! Burn's batch norm is a chain of broadcast tensor operations, each a strided pass (with its
 //! own backward node) over the whole activation; in a ResNet-18 step on the CPU these took more
-//! time than the convolutions. Sums are accumulated per image block in f32 lanes and over blocks in f64, channel by channel, so
-//! results do not depend on the number of threads.
+//! time than the convolutions. Sums are accumulated per image block in f32 lanes and over blocks
+//! in f64, channel by channel, so results do not depend on the number of threads.
+//!
+//! The backward's two per-channel sums are taken in one pass: at the activations' sizes of a
+//! training batch the reductions wait on memory.
 
 use rayon::prelude::*;
 
@@ -22,60 +25,70 @@ impl NormShape {
         (self.batch * self.size) as f64
     }
 
-    /// Per channel, the sum over the batch and the spatial size of `f(c, a, b)` summed over
+    /// Per channel, the K sums over the batch and the spatial size of `f(c, a, b)` over
     /// matching entries a of `first` and b of `second` (blocks of one image and channel): each
     /// block in f32 lanes (vectorised), blocks added in f64.
-    fn channel_sums(
+    fn channel_sums<const K: usize>(
         &self,
         first: &[f32],
         second: &[f32],
-        f: impl Fn(usize, f32, f32) -> f32 + Sync,
-    ) -> Vec<f64> {
+        f: impl Fn(usize, f32, f32) -> [f32; K] + Sync,
+    ) -> Vec<[f64; K]> {
         (0..self.channels)
             .into_par_iter()
             .map(|c| {
                 let f = |a, b| f(c, a, b);
-                (0..self.batch)
-                    .map(|n| {
-                        let start = (n * self.channels + c) * self.size;
-                        let a = &first[start..start + self.size];
-                        let b = &second[start..start + self.size];
-                        block_sum(a, b, &f)
-                    })
-                    .sum()
+                (0..self.batch).fold([0.0; K], |mut sums, n| {
+                    let start = (n * self.channels + c) * self.size;
+                    let a = &first[start..start + self.size];
+                    let b = &second[start..start + self.size];
+                    for (s, v) in sums.iter_mut().zip(block_sums(a, b, &f)) {
+                        *s += v;
+                    }
+                    sums
+                })
             })
             .collect()
     }
 }
 
-/// sum f(a_i, b_i) with eight f32 accumulators, returned in f64.
-fn block_sum(a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> f32) -> f64 {
-    let mut lanes = [0.0f32; 8];
+/// The K sums of f(a_i, b_i) over matching entries, each with eight f32 accumulators, returned
+/// in f64.
+fn block_sums<const K: usize>(a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> [f32; K]) -> [f64; K] {
+    let mut lanes = [[0.0f32; 8]; K];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f64 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(&x, &y)| f(x, y) as f64)
-        .sum();
-    for (x, y) in ac.zip(bc) {
-        for k in 0..8 {
-            lanes[k] += f(x[k], y[k]);
+    let mut tail = [0.0f64; K];
+    for (&x, &y) in ac.remainder().iter().zip(bc.remainder()) {
+        for (t, v) in tail.iter_mut().zip(f(x, y)) {
+            *t += v as f64;
         }
     }
-    lanes.iter().map(|&v| v as f64).sum::<f64>() + tail
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            let v = f(x[l], y[l]);
+            for k in 0..K {
+                lanes[k][l] += v[k];
+            }
+        }
+    }
+    std::array::from_fn(|k| lanes[k].iter().map(|&v| v as f64).sum::<f64>() + tail[k])
 }
 
-/// Mean and biased variance of every channel (two passes).
+/// Mean and biased variance of every channel (two passes: the means, then the squared
+/// deviations from them).
 pub(crate) fn statistics(s: &NormShape, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let mean = s.channel_sums(x, x, |_, v, _| v);
-    let mean: Vec<f64> = mean.iter().map(|m| m / s.count()).collect();
-    let centre: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
-    let var = s.channel_sums(x, x, |c, v, _| (v - centre[c]) * (v - centre[c]));
-    (
-        mean.iter().map(|&m| m as f32).collect(),
-        var.iter().map(|v| (v / s.count()) as f32).collect(),
-    )
+    let count = s.count();
+    let mean: Vec<f32> = s
+        .channel_sums(x, x, |_, v, _| [v])
+        .iter()
+        .map(|[v]| (v / count) as f32)
+        .collect();
+    let var = s
+        .channel_sums(x, x, |c, v, _| [(v - mean[c]) * (v - mean[c])])
+        .iter()
+        .map(|[v]| (v / count) as f32)
+        .collect();
+    (mean, var)
 }
 
 /// y = scale[c] x + shift[c] for every entry of channel c.
@@ -151,14 +164,10 @@ pub(crate) fn backward(
         .iter()
         .map(|&v| 1.0 / (v as f64 + epsilon).sqrt())
         .collect();
-    let sum_dy = s.channel_sums(grad, grad, |_, g, _| g);
-    // sum dy xhat = inv_std sum dy (x - mean)
-    let sum_dy_xhat: Vec<f64> = s
-        .channel_sums(grad, x, |c, g, v| g * (v - mean[c]))
-        .iter()
-        .zip(&inv_std)
-        .map(|(v, r)| v * r)
-        .collect();
+    // sum dy and sum dy xhat = inv_std sum dy (x - mean), in one pass.
+    let sums = s.channel_sums(grad, x, |c, g, v| [g, g * (v - mean[c])]);
+    let sum_dy: Vec<f64> = sums.iter().map(|s| s[0]).collect();
+    let sum_dy_xhat: Vec<f64> = sums.iter().zip(&inv_std).map(|(s, r)| s[1] * r).collect();
     // dx = k (dy - sum_dy / m - xhat sum_dy_xhat / m) with k = gamma inv_std, written as
     // a dy + b x + d per channel.
     let m = s.count();
@@ -266,6 +275,48 @@ mod tests {
                 loss(&x, &gamma, &bm),
                 "dbeta",
             );
+        }
+    }
+
+    /// Against the two-pass definition in f64, on channels far from zero (where a sum of
+    /// squares minus the squared mean would lose the variance), with blocks of several sizes.
+    /// (Offsets much larger than 1e2 times the spread would meet the f32 rounding of the mean,
+    /// which the variance then inherits.)
+    #[test]
+    fn statistics_match_the_two_pass_definition() {
+        for size in [1usize, 5, 13, 49, 64, 100, 196] {
+            let s = NormShape {
+                batch: 6,
+                channels: 3,
+                size,
+            };
+            let x: Vec<f32> = values(6 * 3 * size, 4)
+                .iter()
+                .enumerate()
+                .map(|(i, v)| 1e2 * (1 + (i / size) % 3) as f32 + 0.1 * v)
+                .collect();
+            let (mean, var) = statistics(&s, &x);
+            for c in 0..3 {
+                let channel: Vec<f64> = (0..6)
+                    .flat_map(|n| {
+                        let start = (n * 3 + c) * size;
+                        x[start..start + size].iter().map(|&v| v as f64)
+                    })
+                    .collect();
+                let m = channel.iter().sum::<f64>() / channel.len() as f64;
+                let v =
+                    channel.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / channel.len() as f64;
+                assert!(
+                    (mean[c] as f64 - m).abs() < 1e-7 * m.abs(),
+                    "{size} {c}: {} vs {m}",
+                    mean[c]
+                );
+                assert!(
+                    (var[c] as f64 - v).abs() < 1e-4 * v,
+                    "{size} {c}: {} vs {v}",
+                    var[c]
+                );
+            }
         }
     }
 
