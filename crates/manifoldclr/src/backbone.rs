@@ -12,7 +12,7 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Initializer, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use vlgo_core::layers::{LayerBackend, conv2d_module, global_avg_pool};
+use vlgo_core::layers::{LayerBackend, conv2d_module, global_avg_pool, max_pool2d_module};
 
 use crate::error::ClrError;
 use crate::norm::{StatsSum, batch_norm};
@@ -219,7 +219,7 @@ impl<B: Backend> ResNet18<B> {
             stats,
         )?);
         if let Some(pool) = &self.max_pool {
-            x = pool.forward(x);
+            x = max_pool2d_module(pool, x);
         }
         for block in &self.blocks {
             x = block.forward(x, stats)?;

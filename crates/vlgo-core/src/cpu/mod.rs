@@ -21,6 +21,8 @@ pub(crate) mod expmv;
 pub(crate) mod gemm;
 pub mod host;
 pub(crate) mod lu;
+#[cfg(feature = "layers")]
+pub(crate) mod pool;
 pub mod simd;
 pub(crate) mod small;
 

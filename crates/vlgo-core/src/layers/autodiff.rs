@@ -10,7 +10,7 @@ use burn::backend::autodiff::{
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
 
-use super::backend::LayerKernels;
+use super::backend::{LayerKernels, PoolGeometry};
 
 #[derive(Debug)]
 struct ConvolveBackward;
@@ -82,6 +82,22 @@ impl<B: LayerKernels> Backward<B, 3> for BatchedLinearBackward {
     }
 }
 
+#[derive(Debug)]
+struct MaxPoolBackward;
+
+impl<B: LayerKernels> Backward<B, 1> for MaxPoolBackward {
+    type State = (FloatTensor<B>, PoolGeometry);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, pool) = ops.state;
+        if let Some(node) = node_x {
+            grads.register::<B>(node.id, B::max_pool_backward(x, grad, pool));
+        }
+    }
+}
+
 // The backwards keep their defaults here (Burn's own convolution adjoints on `Autodiff`), which is
 // what a second-order gradient would need.
 impl<B: LayerKernels, C: CheckpointStrategy> LayerKernels for Autodiff<B, C> {
@@ -106,6 +122,20 @@ impl<B: LayerKernels, C: CheckpointStrategy> LayerKernels for Autodiff<B, C> {
             OpsKind::UnTracked(prep) => {
                 prep.finish(B::convolve(x.primitive, weight.primitive, options))
             }
+        }
+    }
+
+    fn max_pool(x: FloatTensor<Self>, pool: PoolGeometry) -> FloatTensor<Self> {
+        match MaxPoolBackward
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let out = B::max_pool(x.primitive.clone(), pool);
+                prep.finish((x.primitive, pool), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::max_pool(x.primitive, pool)),
         }
     }
 

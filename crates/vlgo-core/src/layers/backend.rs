@@ -106,13 +106,52 @@ pub(crate) trait LayerKernels: Backend {
     ) -> FloatTensor<Self> {
         tensor_ops::channel_affine::<Self>(x, scale, shift)
     }
+
+    /// Max pooling of x [N, C, H, W] (dilation 1, floor mode).
+    fn max_pool(x: FloatTensor<Self>, pool: PoolGeometry) -> FloatTensor<Self> {
+        let [kernel, stride, padding] = pool;
+        Self::max_pool2d(x, kernel, stride, padding, [1, 1], false)
+    }
+
+    /// The adjoint of x of [`max_pool`](Self::max_pool) given the output's adjoint.
+    fn max_pool_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        pool: PoolGeometry,
+    ) -> FloatTensor<Self> {
+        tensor_ops::max_pool_backward::<Self>(x, grad, pool)
+    }
 }
+
+/// A max pooling's kernel size, stride and (symmetric) padding, each [height, width].
+pub(crate) type PoolGeometry = [[usize; 2]; 3];
 
 use super::{AdamWStep, unwrap, wrap};
 
 /// The layers from Burn's tensor operations: the defaults, and the fallback of the kernels.
 pub(super) mod tensor_ops {
     use super::*;
+
+    /// Burn's adjoint of a max pooling, through the indices of its largest entries.
+    pub fn max_pool_backward<B: Backend>(
+        x: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        [kernel, stride, padding]: PoolGeometry,
+    ) -> FloatTensor<B> {
+        let indices =
+            B::max_pool2d_with_indices(x.clone(), kernel, stride, padding, [1, 1], false).indices;
+        B::max_pool2d_with_indices_backward(
+            x,
+            kernel,
+            stride,
+            padding,
+            [1, 1],
+            false,
+            grad,
+            indices,
+        )
+        .x_grad
+    }
 
     /// Burn's `AdamW` arithmetic, operation by operation.
     pub fn adamw_step<B: Backend>(
@@ -335,6 +374,7 @@ mod kernels {
     use crate::cpu::conv::{self, ConvShape};
     use crate::cpu::dense::{self, DenseShape};
     pub use crate::cpu::host::Host;
+    use crate::cpu::pool::{self, PoolShape};
 
     fn f32s<B: Backend>(tensors: &[&FloatTensor<B>]) -> bool {
         tensors.iter().all(|t| t.dtype() == DType::F32)
@@ -367,6 +407,25 @@ mod kernels {
         };
         let [ho, wo] = shape.output()?;
         (ho * wo * shape.channels_in * shape.channels_out > 0).then_some(shape)
+    }
+
+    /// x [N, C, H, W] in f32, with every window of the pooling inside the padded image.
+    fn pool_shape<B: Backend>(x: &FloatTensor<B>, pool: &PoolGeometry) -> Option<PoolShape> {
+        let xs = x.shape();
+        if xs.num_dims() != 4 || !f32s::<B>(&[x]) {
+            return None;
+        }
+        let [kernel, stride, padding] = *pool;
+        let shape = PoolShape {
+            batch: xs[0],
+            channels: xs[1],
+            height: xs[2],
+            width: xs[3],
+            kernel,
+            stride,
+            padding,
+        };
+        shape.output().map(|_| shape)
     }
 
     /// [N, C, S] with every per-channel tensor of length C, all f32.
@@ -567,6 +626,32 @@ mod kernels {
         ]
     }
 
+    pub fn max_pool<B: Host>(x: FloatTensor<B>, geometry: PoolGeometry) -> FloatTensor<B> {
+        let Some(s) = pool_shape::<B>(&x, &geometry) else {
+            let [kernel, stride, padding] = geometry;
+            return B::max_pool2d(x, kernel, stride, padding, [1, 1], false);
+        };
+        let out = pool::forward(&s, &B::read(&x));
+        let [ho, wo] = s.output().expect("checked by pool_shape");
+        B::make(out, &[s.batch, s.channels, ho, wo])
+    }
+
+    pub fn max_pool_backward<B: Host>(
+        x: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        geometry: PoolGeometry,
+    ) -> FloatTensor<B> {
+        let s = pool_shape::<B>(&x, &geometry).filter(|s| {
+            let [ho, wo] = s.output().expect("checked by pool_shape");
+            f32s::<B>(&[&grad]) && grad.shape().dims::<4>() == [s.batch, s.channels, ho, wo]
+        });
+        let Some(s) = s else {
+            return tensor_ops::max_pool_backward::<B>(x, grad, geometry);
+        };
+        let dx = pool::backward(&s, &B::read(&x), &B::read(&grad));
+        B::make(dx, &[s.batch, s.channels, s.height, s.width])
+    }
+
     pub fn channel_affine<B: Host>(
         x: FloatTensor<B>,
         scale: FloatTensor<B>,
@@ -627,6 +712,18 @@ macro_rules! kernel_methods {
             shift: FloatTensor<Self>,
         ) -> FloatTensor<Self> {
             kernels::channel_affine::<Self>(x, scale, shift)
+        }
+
+        fn max_pool(x: FloatTensor<Self>, pool: PoolGeometry) -> FloatTensor<Self> {
+            kernels::max_pool::<Self>(x, pool)
+        }
+
+        fn max_pool_backward(
+            x: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            pool: PoolGeometry,
+        ) -> FloatTensor<Self> {
+            kernels::max_pool_backward::<Self>(x, grad, pool)
         }
 
         fn adamw_step(

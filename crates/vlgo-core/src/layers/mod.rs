@@ -1,14 +1,16 @@
 //! Layers with fast CPU forwards and backwards, for networks trained on the CPU backends (the
 //! ResNet-18 backbone of the contrastive methods, the semi-supervised classifier):
-//! two-dimensional convolution, batch norm and batched fully connected layers.
+//! two-dimensional convolution, batch norm, max pooling and batched fully connected layers.
 //!
 //! [`conv2d`] computes what `burn::tensor::module::conv2d` computes, [`batch_norm_module`] what
-//! `burn::nn::BatchNorm::forward` computes. On `Flex` and `NdArray` in f32 they run the kernels
-//! of `cpu::conv` (im2col and one product per group of images, forward and in both adjoints;
-//! one group only) and `cpu::batch_norm` (per-channel sums and one multiply-add per entry), each
-//! a single autodiff node; everywhere else, and for other dtypes, they are Burn's own
-//! operations. [`conv2d_module`] and [`batch_norm_module`] apply `burn::nn` modules, so models
-//! keep Burn's modules, initialisation and records. [`batched_linear`] runs S fully connected
+//! `burn::nn::BatchNorm::forward` computes, [`max_pool2d_module`] what
+//! `burn::nn::pool::MaxPool2d::forward` computes. On `Flex` and `NdArray` in f32 they run the
+//! kernels of `cpu::conv` (im2col and one product per group of images, forward and in both
+//! adjoints; one group only), `cpu::batch_norm` (per-channel sums and one multiply-add per
+//! entry) and `cpu::pool`, each a single autodiff node; everywhere else, and for other dtypes,
+//! they are Burn's own operations. [`conv2d_module`], [`batch_norm_module`] and
+//! [`max_pool2d_module`] apply `burn::nn` modules, so models keep Burn's modules,
+//! initialisation and records. [`batched_linear`] runs S fully connected
 //! layers (with or without LeakyReLU) as one node, and [`FusedAdamW`] takes Burn's AdamW step in
 //! one pass per parameter (`cpu::dense`, `cpu::adamw` on the CPU backends).
 
@@ -21,6 +23,7 @@ pub use optim::{AdamWStep, FusedAdamW, FusedAdamWConfig, FusedAdamWState};
 pub use routing::LayerBackend;
 
 use burn::nn::conv::Conv2d;
+use burn::nn::pool::MaxPool2d;
 use burn::nn::{BatchNorm, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -163,14 +166,7 @@ pub fn try_conv2d<B: LayerBackend>(
 /// assert!(ours.sub(burns).abs().max().into_scalar() < 1e-5);
 /// ```
 pub fn conv2d_module<B: LayerBackend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
-    let padding = match conv.padding {
-        PaddingConfig2d::Valid => Some([0, 0]),
-        PaddingConfig2d::Explicit(top, left, bottom, right) => {
-            (top == bottom && left == right).then_some([top, left])
-        }
-        PaddingConfig2d::Same => None,
-    };
-    match padding {
+    match symmetric_padding(&conv.padding) {
         Some(padding) => conv2d(
             x,
             conv.weight.val(),
@@ -178,6 +174,51 @@ pub fn conv2d_module<B: LayerBackend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tens
             ConvOptions::new(conv.stride, padding, conv.dilation, conv.groups),
         ),
         None => conv.forward(x),
+    }
+}
+
+/// [height, width] padding of `Valid` and symmetric `Explicit` settings, the ones the kernels
+/// take; `None` for the others (`Same` depends on the input's size).
+fn symmetric_padding(padding: &PaddingConfig2d) -> Option<[usize; 2]> {
+    match *padding {
+        PaddingConfig2d::Valid => Some([0, 0]),
+        PaddingConfig2d::Explicit(top, left, bottom, right) => {
+            (top == bottom && left == right).then_some([top, left])
+        }
+        PaddingConfig2d::Same => None,
+    }
+}
+
+/// `pool.forward(x)`, on the shipped CPU backends through this crate's kernel (one autodiff
+/// node whose backward finds each window's largest entry again). Dilation 1 in floor mode with
+/// `Valid` or symmetric `Explicit` padding takes that path; every other setting keeps the
+/// module's own forward. Ties go to the first largest entry in row-major order, as in Burn.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::nn::PaddingConfig2d;
+/// use burn::nn::pool::MaxPool2dConfig;
+/// use burn::prelude::*;
+///
+/// let pool = MaxPool2dConfig::new([3, 3])
+///     .with_strides([2, 2])
+///     .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+///     .init();
+/// let x = Tensor::<NdArray, 1>::from_floats([1.0, 5.0, 2.0, 0.0, 3.0, 4.0, 7.0, 6.0, 8.0], &Default::default())
+///     .reshape([1, 1, 3, 3]);
+/// let y = vlgo_core::layers::max_pool2d_module(&pool, x.clone());
+/// assert_eq!(y.clone().into_data().to_vec::<f32>().unwrap(), vec![5.0, 5.0, 7.0, 8.0]);
+/// assert!(y.sub(pool.forward(x)).abs().max().into_scalar() == 0.0);
+/// ```
+pub fn max_pool2d_module<B: LayerBackend>(pool: &MaxPool2d, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    match symmetric_padding(&pool.padding) {
+        Some(padding) if pool.dilation == [1, 1] && !pool.ceil_mode => wrap(B::max_pool(
+            unwrap(x),
+            pool.kernel_size,
+            pool.stride,
+            padding,
+        )),
+        _ => pool.forward(x),
     }
 }
 

@@ -9,13 +9,13 @@ use burn::tensor::ops::{ConvOptions, FloatTensor};
 
 use super::AdamWStep;
 #[allow(unused_imports)]
-use super::backend::{LayerKernels, tensor_ops};
+use super::backend::{LayerKernels, PoolGeometry, tensor_ops};
 // Built without a kernel feature, the dispatchers reach no kernel and take no argument.
 #[allow(unused_imports)]
 use crate::shipped::{dispatch_shipped, route, take};
 
-/// Backends that run the layers of [`crate::layers`]: convolution, batch norm, batched fully
-/// connected layers and the fused AdamW step. Every Burn backend.
+/// Backends that run the layers of [`crate::layers`]: convolution, batch norm, max pooling,
+/// batched fully connected layers and the fused AdamW step. Every Burn backend.
 ///
 /// Implemented for every `B: Backend`. Where `B` is a shipped backend, the layers run this
 /// crate's kernels: on `Flex` and `NdArray` the CPU kernels, and under `Autodiff` over any
@@ -69,6 +69,15 @@ pub trait LayerBackend: Backend {
         x: FloatTensor<Self>,
         scale: FloatTensor<Self>,
         shift: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+
+    /// Max pooling of x [N, C, H, W] with kernel size, stride and symmetric padding (each
+    /// [height, width]), dilation 1 and floor mode.
+    fn max_pool(
+        x: FloatTensor<Self>,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
     ) -> FloatTensor<Self>;
 }
 
@@ -148,6 +157,19 @@ impl<B: Backend> LayerBackend for B {
             |(x, scale, shift)| tensor_ops::channel_affine::<B>(x, scale, shift),
         )
     }
+
+    fn max_pool(
+        x: FloatTensor<B>,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> FloatTensor<B> {
+        let pool: PoolGeometry = [kernel, stride, padding];
+        route::<B, _, _>(dispatch::max_pool, (x, pool), |(x, pool)| {
+            let [kernel, stride, padding] = pool;
+            B::max_pool2d(x, kernel, stride, padding, [1, 1], false)
+        })
+    }
 }
 
 /// The dispatchers of the methods above: each runs the shipped backend's [`LayerKernels`]
@@ -202,6 +224,14 @@ mod dispatch {
         dispatch_shipped!(id, K => {
             let (x,) = take::<(FloatTensor<K>,)>(args);
             <K as LayerKernels>::global_avg_pool(x)
+        });
+        None
+    }
+
+    pub fn max_pool(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        dispatch_shipped!(id, K => {
+            let (x, pool) = take::<(FloatTensor<K>, PoolGeometry)>(args);
+            <K as LayerKernels>::max_pool(x, pool)
         });
         None
     }

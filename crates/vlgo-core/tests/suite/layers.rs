@@ -4,11 +4,12 @@
 
 use burn::module::AutodiffModule;
 use burn::nn::conv::Conv2dConfig;
+use burn::nn::pool::MaxPool2dConfig;
 use burn::nn::{BatchNormConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::ops::ConvOptions;
-use vlgo_core::layers::{batch_norm_module, conv2d, conv2d_module};
+use vlgo_core::layers::{batch_norm_module, conv2d, conv2d_module, max_pool2d_module};
 
 use crate::common::AD;
 
@@ -239,6 +240,51 @@ fn module_forward_matches_burns_for_every_padding() {
         let burns = conv.forward(x.clone());
         assert_eq!(ours.dims(), burns.dims(), "{padding:?}");
         assert!(max_diff(ours, burns) < 1e-4, "{padding:?}");
+    }
+}
+
+/// Values and the input's gradient against Burn's `MaxPool2d`, for the settings the kernel
+/// takes and for those that keep Burn's forward (`Same` padding, ceil mode).
+#[test]
+fn max_pool_and_its_gradient_match_burn() {
+    // Candle's pooling takes no padding and has no gradient (both panic): nothing to compare.
+    if <AD as Backend>::name(&Default::default()).contains("candle") {
+        return;
+    }
+    let device = Default::default();
+    let x = Tensor::<AD, 4>::random([3, 4, 9, 8], Distribution::Default, &device);
+    let settings = [
+        ([3, 3], [2, 2], PaddingConfig2d::Explicit(1, 1, 1, 1), false),
+        ([2, 2], [2, 2], PaddingConfig2d::Valid, false),
+        ([3, 2], [1, 2], PaddingConfig2d::Explicit(1, 0, 1, 0), false),
+        ([3, 3], [1, 1], PaddingConfig2d::Same, false),
+        ([2, 2], [2, 2], PaddingConfig2d::Valid, true),
+    ];
+    for (kernel, stride, padding, ceil) in settings {
+        let pool = MaxPool2dConfig::new(kernel)
+            .with_strides(stride)
+            .with_padding(padding.clone())
+            .with_ceil_mode(ceil)
+            .init();
+        let run = |ours: bool| {
+            let x = x.clone().detach().require_grad();
+            let y = if ours {
+                max_pool2d_module(&pool, x.clone())
+            } else {
+                pool.forward(x.clone())
+            };
+            // A weighted sum, so that every output's adjoint differs.
+            let w = Tensor::<AD, 1, Int>::arange(0..y.shape().num_elements() as i64, &device)
+                .float()
+                .reshape(y.dims());
+            let grads = (y.clone() * w).sum().backward();
+            (y, x.grad(&grads).expect("x takes part"))
+        };
+        let ((y, dx), (y_burn, dx_burn)) = (run(true), run(false));
+        let what = format!("{kernel:?} {stride:?} {padding:?} ceil {ceil}");
+        assert_eq!(y.dims(), y_burn.dims(), "{what}");
+        assert!(max_diff(y, y_burn) == 0.0, "{what}");
+        assert!(max_diff(dx, dx_burn) == 0.0, "{what}");
     }
 }
 
