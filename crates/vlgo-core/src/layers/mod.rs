@@ -192,7 +192,8 @@ fn symmetric_padding(padding: &PaddingConfig2d) -> Option<[usize; 2]> {
 /// `pool.forward(x)`, on the shipped CPU backends through this crate's kernel (one autodiff
 /// node whose backward finds each window's largest entry again). Dilation 1 in floor mode with
 /// `Valid` or symmetric `Explicit` padding takes that path; every other setting keeps the
-/// module's own forward. Ties go to the first largest entry in row-major order, as in Burn.
+/// module's own forward. Ties go to the first largest entry in row-major order, as in Burn's
+/// `Flex` pooling.
 ///
 /// ```
 /// use burn::backend::NdArray;
