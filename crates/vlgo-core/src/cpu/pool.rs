@@ -2,15 +2,14 @@
 //! mode): the forward, and the input's adjoint, which finds each window's largest entry again
 //! instead of keeping its index.
 //!
-//! Burn's CPU backends pool through a generic three-dimensional loop that tests every tap
+//! Burn's `Flex` backend pools through a generic three-dimensional loop that tests every tap
 //! against the padding and writes an i64 index per output, which the backward then scatters
 //! through; after the stem of the Fashion-MNIST CPU network this one layer took about 6 % of a
 //! training step. Here every window's rows and columns are clipped to the image once, and the
-//! backward recomputes the argmax from the input it already keeps. Ties and NaN go as in Burn's
-//! `Flex` pooling:
-//! the first largest entry in row-major order wins, and a NaN wins only as a window's first
-//! entry. Planes (one image and channel) are independent, so results do not depend on the
-//! number of threads.
+//! backward recomputes the argmax from the input it already keeps. Ties and NaN go as in
+//! `Flex`: the first largest entry in row-major order wins, and a NaN wins only as a window's
+//! first entry. Planes (one image and channel) are independent, so results do not depend on
+//! the number of threads.
 
 use rayon::prelude::*;
 
