@@ -60,10 +60,20 @@ impl PoolShape {
         (lo, hi)
     }
 
-    /// Per output of one plane, the plane offset of its window's largest entry.
-    fn argmax(&self, plane: &[f32], mut visit: impl FnMut(usize, usize)) {
+    /// Every output column's window of input columns, shared by all planes.
+    fn columns(&self) -> Vec<(usize, usize)> {
+        (0..self.out()[1]).map(|ow| self.window(1, ow)).collect()
+    }
+
+    /// Per output of one plane, the plane offset of its window's largest entry (`columns`
+    /// from [`columns`](Self::columns)).
+    fn argmax(
+        &self,
+        plane: &[f32],
+        columns: &[(usize, usize)],
+        mut visit: impl FnMut(usize, usize),
+    ) {
         let [ho, wo] = self.out();
-        let columns: Vec<(usize, usize)> = (0..wo).map(|ow| self.window(1, ow)).collect();
         for oh in 0..ho {
             let (r0, r1) = self.window(0, oh);
             for (ow, &(c0, c1)) in columns.iter().enumerate() {
@@ -88,9 +98,10 @@ pub(crate) fn forward(s: &PoolShape, x: &[f32]) -> Vec<f32> {
     if out.is_empty() || s.plane_in() == 0 {
         return out;
     }
+    let columns = s.columns();
     out.par_chunks_mut(s.plane_out())
         .zip(x.par_chunks(s.plane_in()))
-        .for_each(|(out, plane)| s.argmax(plane, |o, i| out[o] = plane[i]));
+        .for_each(|(out, plane)| s.argmax(plane, &columns, |o, i| out[o] = plane[i]));
     out
 }
 
@@ -101,12 +112,13 @@ pub(crate) fn backward(s: &PoolShape, x: &[f32], grad: &[f32]) -> Vec<f32> {
     if grad.is_empty() || s.plane_in() == 0 {
         return dx;
     }
+    let columns = s.columns();
     dx.par_chunks_mut(s.plane_in())
         .zip(
             x.par_chunks(s.plane_in())
                 .zip(grad.par_chunks(s.plane_out())),
         )
-        .for_each(|(dx, (plane, grad))| s.argmax(plane, |o, i| dx[i] += grad[o]));
+        .for_each(|(dx, (plane, grad))| s.argmax(plane, &columns, |o, i| dx[i] += grad[o]));
     dx
 }
 
