@@ -393,8 +393,9 @@ pub fn linear_probe_each<B: AutodiffBackend>(
             "epochs and batch >= 1, learning rates > 0",
         ));
     }
-    B::seed(device, config.seed);
-    let mut layer: Linear<B> = LinearConfig::new(train.dim, classes).init(device);
+    let mut layer: Linear<B> = crate::seeded::<B, _>(device, config.seed, || {
+        crate::materialised(LinearConfig::new(train.dim, classes).init(device))
+    });
     let mut optim = AdamConfig::new()
         .with_epsilon(1e-8)
         .with_weight_decay(Some(WeightDecayConfig::new(config.weight_decay as f32)))

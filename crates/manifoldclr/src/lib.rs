@@ -20,6 +20,7 @@ pub mod method;
 pub mod norm;
 pub mod pretrain;
 pub mod schedule;
+pub mod seeding;
 pub mod semisup;
 
 pub use backbone::{ResNet18, ResNet18Config};
@@ -38,4 +39,5 @@ pub use pretrain::{
     TrainBackend, TrainState, ViewSource,
 };
 pub use schedule::WarmupCosine;
+pub use seeding::{materialised, seeded};
 pub use vlgo_nn;

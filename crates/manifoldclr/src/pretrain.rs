@@ -421,15 +421,6 @@ const OPTIM_FILES: [&str; 4] = [
     "optim-variational",
 ];
 
-/// Visits every parameter's value, which initialises it.
-struct Materialise;
-
-impl<B: Backend> burn::module::ModuleVisitor<B> for Materialise {
-    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
-        let _ = param.val();
-    }
-}
-
 /// Where training stands, written with every checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TrainState {
@@ -465,15 +456,21 @@ fn adamw<B: TrainBackend>(g: &GroupConfig) -> Adam<B> {
 
 impl<B: TrainBackend> Pretrainer<B> {
     /// A fresh run: the model initialised from the seed.
+    ///
+    /// The same seed gives the same weights whatever else the process runs, as long as what
+    /// draws from the backend's generator beside it goes through [`seeded`](crate::seeded).
     pub fn new(config: PretrainConfig, device: &B::Device) -> Result<Self> {
         config.validate()?;
-        B::seed(device, config.seed);
-        let model = config.model.init_seeded::<B>(device, config.seed)?;
         // Burn initialises parameters lazily, on first use, and a clone of a parameter not yet
         // used initialises on its own from the generator as it stands then: the first checkpoint
         // (which saves a clone) would hold other weights than the ones trained. Draw them all
-        // now, right after the seed.
-        model.visit(&mut Materialise);
+        // now, under the seed.
+        let model = crate::seeded::<B, _>(device, config.seed, || {
+            config
+                .model
+                .init_seeded::<B>(device, config.seed)
+                .map(crate::materialised)
+        })?;
         Ok(Self {
             model,
             opt_backbone: adamw(&config.backbone),
@@ -501,14 +498,19 @@ impl<B: TrainBackend> Pretrainer<B> {
     /// threads that share them in the order they come.
     #[cfg(feature = "distributed")]
     pub(crate) fn replica(&self, device: &B::Device) -> Result<Self> {
-        let fresh = self
-            .config
-            .model
-            .init_seeded::<B>(device, self.config.seed)?;
+        // Loading a record into a fresh module draws some of the values it then replaces (Burn
+        // initialises a parameter when a visitor reads it): under the seed's lock, so that
+        // these draws cannot fall into another thread's seeded initialisation.
+        let seed = self.config.seed;
+        let model = crate::seeded::<B, _>(device, seed, || {
+            self.config
+                .model
+                .init_seeded::<B>(device, seed)
+                .map(|fresh| fresh.load_record(self.model.clone().into_record()))
+        })?
+        .fork(device);
         Ok(Self {
-            model: fresh
-                .load_record(self.model.clone().into_record())
-                .fork(device),
+            model,
             opt_backbone: self.opt_backbone.clone(),
             opt_head: self.opt_head.clone(),
             opt_operators: self.opt_operators.clone(),

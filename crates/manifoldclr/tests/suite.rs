@@ -2,6 +2,7 @@
 
 use burn::module::Module;
 use burn::prelude::*;
+use manifoldclr::materialised;
 use manifoldclr::{
     ContrastiveConfig, HeadKind, InfoNceConfig, Method, ProjectionHead, ResNet18Config, Similarity,
     info_nce,
@@ -148,7 +149,9 @@ fn info_nce_survives_large_logits_and_rejects_bad_input() {
 #[test]
 fn resnet18_has_torchvisions_shape_and_initialisation() {
     let device = Default::default();
-    let net = ResNet18Config::new().init::<B>(&device).unwrap();
+    let net = seeded(0, || {
+        materialised(ResNet18Config::new().init::<B>(&device).unwrap())
+    });
     // torchvision's resnet18 without fc: 11,176,512 trainable parameters; the CIFAR stem is
     // 3 x 3 instead of 7 x 7 (64 * 3 * (49 - 9) = 7,680 fewer), and Burn counts the running
     // means and variances of the 4,800 batch-norm channels too.
@@ -157,12 +160,16 @@ fn resnet18_has_torchvisions_shape_and_initialisation() {
     assert_eq!(features.dims(), [2, 512]);
 
     // Kaiming-normal, fan-out: the last block's 3 x 3 conv (512 -> 512) has std sqrt(2 / 4608).
-    let small = ResNet18Config::new()
-        .with_width(16)
-        .with_in_channels(1)
-        .with_max_pool(true)
-        .init::<B>(&device)
-        .unwrap();
+    let small = seeded(0, || {
+        materialised(
+            ResNet18Config::new()
+                .with_width(16)
+                .with_in_channels(1)
+                .with_max_pool(true)
+                .init::<B>(&device)
+                .unwrap(),
+        )
+    });
     let mut stds = Vec::new();
     struct Weights<'a>(&'a mut Vec<(Vec<usize>, f64, f64)>);
     impl burn::module::ModuleVisitor<B> for Weights<'_> {
@@ -221,10 +228,14 @@ fn heads_have_the_protocols_shapes() {
         (HeadKind::Linear, 128),
         (HeadKind::None, 512),
     ] {
-        let head = ProjectionHead::<AD>::new(kind, 512, 1024, 128, &device).unwrap();
+        let head = seeded(0, || {
+            materialised(ProjectionHead::<AD>::new(kind, 512, 1024, 128, &device).unwrap())
+        });
         assert_eq!(head.forward(x.clone()).dims(), [4, out], "{kind:?}");
     }
-    let mlp = ProjectionHead::<AD>::new(HeadKind::Mlp, 512, 1024, 128, &device).unwrap();
+    let mlp = seeded(0, || {
+        materialised(ProjectionHead::<AD>::new(HeadKind::Mlp, 512, 1024, 128, &device).unwrap())
+    });
     // Linear 512*1024 + 1024, BN 2*1024 (+ 2*1024 running stats), Linear 1024*128 + 128.
     assert_eq!(
         mlp.num_params(),
@@ -237,8 +248,9 @@ fn heads_have_the_protocols_shapes() {
 #[test]
 fn every_method_trains_one_step_and_names_parse() {
     let device = Default::default();
-    AD::seed(&device, 1);
-    let v0 = Tensor::<AD, 4>::random([4, 1, 12, 12], burn::tensor::Distribution::Default, &device);
+    let v0 = seeded(1, || {
+        Tensor::<AD, 4>::random([4, 1, 12, 12], burn::tensor::Distribution::Default, &device)
+    });
     let v1 = v0.clone() * 0.9 + 0.05;
     for method in Method::ALL {
         assert_eq!(method.name().parse::<Method>().unwrap(), method);
@@ -249,7 +261,7 @@ fn every_method_trains_one_step_and_names_parse() {
             manifold: small_manifold(),
             ..ContrastiveConfig::new(method)
         };
-        let model = config.init::<AD>(&device).unwrap();
+        let model = seeded(1, || materialised(config.init::<AD>(&device).unwrap()));
         assert_eq!(model.vlgo.is_some(), method.uses_operators(), "{method}");
         let step = model.step(v0.clone(), v1.clone(), 0).unwrap();
         assert_eq!(step.features.dims(), [8, 32]);
@@ -339,9 +351,12 @@ fn the_schedule_warms_up_then_anneals_to_its_minimum() {
 fn clipping_bounds_each_groups_global_norm() {
     use burn::optim::GradientsParams;
     let device = Default::default();
-    AD::seed(&device, 3);
-    let head = ProjectionHead::<AD>::new(HeadKind::Mlp, 16, 32, 8, &device).unwrap();
-    let x = Tensor::<AD, 2>::random([6, 16], burn::tensor::Distribution::Default, &device);
+    let (head, x) = seeded(3, || {
+        (
+            materialised(ProjectionHead::<AD>::new(HeadKind::Mlp, 16, 32, 8, &device).unwrap()),
+            Tensor::<AD, 2>::random([6, 16], burn::tensor::Distribution::Default, &device),
+        )
+    });
     let loss = head.forward(x).square().sum() * 1000.0;
     let mut grads = GradientsParams::from_grads(loss.backward(), &head);
     let mut norm = |max| -> f32 {
@@ -869,18 +884,28 @@ fn manifold_model(
 ) -> manifoldclr::ContrastiveModel<AD> {
     let device = Default::default();
     // The same generator state for every model: equal backbones and heads.
-    AD::seed(&device, 4);
-    ContrastiveConfig {
-        width: 4,
-        in_channels: 1,
-        direct_dims: 8,
-        head_hidden: 16,
-        head_output: 8,
-        manifold,
-        ..ContrastiveConfig::new(method)
-    }
-    .init_seeded::<AD>(&device, 2)
-    .unwrap()
+    seeded(4, || {
+        materialised(
+            ContrastiveConfig {
+                width: 4,
+                in_channels: 1,
+                direct_dims: 8,
+                head_hidden: 16,
+                head_output: 8,
+                manifold,
+                ..ContrastiveConfig::new(method)
+            }
+            .init_seeded::<AD>(&device, 2)
+            .unwrap(),
+        )
+    })
+}
+
+/// `draw` under `seed`, through the library's lock on the backend's generator: the suite's tests
+/// run in parallel threads, and a draw of one between another's seed and its draws would make
+/// the other's values (and the figures that depend on them) vary from run to run.
+fn seeded<T>(seed: u64, draw: impl FnOnce() -> T) -> T {
+    manifoldclr::seeded::<AD, _>(&Default::default(), seed, draw)
 }
 
 fn scalar(t: Tensor<AD, 1>) -> f64 {
@@ -890,8 +915,9 @@ fn scalar(t: Tensor<AD, 1>) -> f64 {
 #[test]
 fn manifold_methods_add_their_terms_and_train_operators_encoder_and_prior() {
     let device = Default::default();
-    AD::seed(&device, 7);
-    let v0 = Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v0 = seeded(7, || {
+        Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device)
+    });
     let v1 = v0.clone().flip([3]) * 0.8 + 0.1;
     for (method, lambda) in [
         (Method::ManifoldClrMlp, 10.0),
@@ -955,8 +981,9 @@ fn manifold_methods_add_their_terms_and_train_operators_encoder_and_prior() {
 #[test]
 fn the_ablations_switch_off_what_they_name() {
     let device = Default::default();
-    AD::seed(&device, 8);
-    let v0 = Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v0 = seeded(8, || {
+        Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device)
+    });
     let v1 = v0.clone() * 0.7 + 0.2;
     let base = small_manifold();
     // InfoNCE of the plain pairs (z0, z1) of a step's own features, SimCLR-None's loss.
@@ -1107,8 +1134,9 @@ fn grad_vec<M: Module<AD>>(
 #[test]
 fn backbone_grad_scales_only_the_manifold_gradient_into_the_backbone() {
     let device = Default::default();
-    AD::seed(&device, 9);
-    let v0 = Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v0 = seeded(9, || {
+        Tensor::<AD, 4>::random([6, 1, 10, 10], burn::tensor::Distribution::Default, &device)
+    });
     let v1 = v0.clone().flip([2]) * 0.8 + 0.1;
     let with = |g: f64| {
         manifold_model(
@@ -1208,20 +1236,24 @@ fn backbone_grad_scales_only_the_manifold_gradient_into_the_backbone() {
 #[test]
 fn a_headless_method_can_contrast_with_cosine_similarity() {
     let device = Default::default();
-    AD::seed(&device, 10);
-    let v0 = Tensor::<AD, 4>::random([5, 1, 10, 10], burn::tensor::Distribution::Default, &device);
+    let v0 = seeded(10, || {
+        Tensor::<AD, 4>::random([5, 1, 10, 10], burn::tensor::Distribution::Default, &device)
+    });
     let v1 = v0.clone() * 0.6 + 0.3;
     let loss_of = |similarity: Option<Similarity>| {
-        AD::seed(&device, 4);
-        let model = ContrastiveConfig {
-            width: 4,
-            in_channels: 1,
-            temperature: 0.2,
-            similarity,
-            ..ContrastiveConfig::new(Method::SimClrNone)
-        }
-        .init::<AD>(&device)
-        .unwrap();
+        let model = seeded(4, || {
+            materialised(
+                ContrastiveConfig {
+                    width: 4,
+                    in_channels: 1,
+                    temperature: 0.2,
+                    similarity,
+                    ..ContrastiveConfig::new(Method::SimClrNone)
+                }
+                .init::<AD>(&device)
+                .unwrap(),
+            )
+        });
         let step = model.step(v0.clone(), v1.clone(), 0).unwrap();
         let f = step.features.clone().detach();
         (scalar(step.loss_nce), f)
@@ -1327,7 +1359,9 @@ fn extract_features_reads_back_any_float_type() {
         .with_width(4)
         .with_in_channels(1)
         .with_max_pool(true);
-    let fresh = config.init::<NdArray<f32>>(&device).unwrap();
+    let fresh = seeded(0, || {
+        materialised(config.init::<NdArray<f32>>(&device).unwrap())
+    });
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::new();
     let bytes = Recorder::<NdArray<f32>>::record(&recorder, fresh.into_record(), ()).unwrap();
     // Both from the bytes: a fresh module initialises its parameters lazily, so a clone
