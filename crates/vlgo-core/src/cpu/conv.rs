@@ -78,6 +78,12 @@ impl ConvShape {
             .clamp(1, self.batch.max(1))
     }
 
+    /// Stride 1 and an output as wide as the input: the column buffer's rows are shifted
+    /// copies of the planes ([`FlatRow`]).
+    fn is_flat(&self) -> bool {
+        self.stride == [1, 1] && self.out()[1] == self.width
+    }
+
     /// Input rows `ih` that output row `o` reads through kernel offset `k` along axis `axis`,
     /// as a signed index (out of range means padding).
     fn source(&self, axis: usize, o: usize, k: usize) -> isize {
@@ -104,9 +110,98 @@ impl ConvShape {
     }
 }
 
+/// Where a row of the column buffer reads its channel's plane when the convolution has stride 1
+/// and an output as wide as its input (every 3 x 3 "same" convolution of a ResNet): output
+/// position i = oh * W + ow reads the flat plane at i + `shift`, so the row is one shifted copy
+/// instead of one short copy per output row. The copy also carries values into the columns
+/// whose input lies in the padding (`ow` outside `lo..hi`, where the shift wraps to the
+/// neighbouring image row): those are cleared after.
+struct FlatRow {
+    /// Output rows whose input row lies inside the image; the others read padding only.
+    rows: std::ops::Range<usize>,
+    /// The output positions whose shifted source lies inside the plane.
+    copy: std::ops::Range<usize>,
+    shift: isize,
+    /// The output columns whose input column lies inside the image.
+    columns: (usize, usize),
+}
+
+impl FlatRow {
+    /// The row for kernel offset (ki, kj), when `s` is flat (see [`ConvShape::is_flat`]).
+    fn new(s: &ConvShape, ki: usize, kj: usize) -> Self {
+        let (ho, w) = (s.out()[0], s.width);
+        let d = s.source(0, 0, ki);
+        let first = (-d).clamp(0, ho as isize) as usize;
+        let rows = first..(s.height as isize - d).clamp(first as isize, ho as isize) as usize;
+        let shift = d * w as isize + s.source(1, 0, kj);
+        let plane = (s.height * w) as isize;
+        let start = (rows.start * w).max((-shift).max(0) as usize);
+        let end = (rows.end * w).min((plane - shift).max(0) as usize);
+        // Empty (an image row shorter than the shift, or no row inside the image): a range
+        // that lies inside the buffer all the same.
+        let copy = if start < end { start..end } else { 0..0 };
+        Self {
+            copy,
+            rows,
+            shift,
+            columns: s.valid_columns(kj),
+        }
+    }
+
+    /// The plane's positions that `copy` reads.
+    fn source(&self) -> std::ops::Range<usize> {
+        if self.copy.is_empty() {
+            return 0..0;
+        }
+        let start = (self.copy.start as isize + self.shift) as usize;
+        start..start + self.copy.len()
+    }
+
+    /// Zeroes, in a row of the column buffer, the positions of `rows` whose input column lies
+    /// in the padding. At the ends of `rows` these include the positions `copy` left out.
+    fn clear_padding(&self, row: &mut [f32], w: usize) {
+        let (lo, hi) = self.columns;
+        if lo == 0 && hi == w {
+            return;
+        }
+        for line in row[self.rows.start * w..self.rows.end * w].chunks_exact_mut(w) {
+            line[..lo].fill(0.0);
+            line[hi..].fill(0.0);
+        }
+    }
+}
+
 /// Writes image `x` ([C_in, H, W]) into columns `offset..offset + P` of the row-major column
 /// buffer with row stride `ld`: row (c, ki, kj), column (oh, ow) holds x[c, ih, iw] or 0.
 fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
+    if s.is_flat() {
+        im2col_flat(s, x, cols, ld, offset);
+    } else {
+        im2col_rows(s, x, cols, ld, offset);
+    }
+}
+
+/// [`im2col`] by one shifted copy per row of the column buffer ([`FlatRow`]).
+fn im2col_flat(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
+    let [kh, kw] = s.kernel;
+    let (p, w) = (s.positions(), s.width);
+    for (c, plane) in x.chunks_exact(s.height * w).enumerate() {
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let flat = FlatRow::new(s, ki, kj);
+                let row = (c * kh + ki) * kw + kj;
+                let dst = &mut cols[row * ld + offset..row * ld + offset + p];
+                dst[..flat.rows.start * w].fill(0.0);
+                dst[flat.rows.end * w..].fill(0.0);
+                dst[flat.copy.clone()].copy_from_slice(&plane[flat.source()]);
+                flat.clear_padding(dst, w);
+            }
+        }
+    }
+}
+
+/// [`im2col`] by one copy per output row: any stride, padding and dilation.
+fn im2col_rows(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
     let [ho, wo] = s.out();
     let [kh, kw] = s.kernel;
     let (h, w) = (s.height, s.width);
@@ -128,7 +223,8 @@ fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) 
                     let src = &plane[ih as usize * w..(ih as usize + 1) * w];
                     out[..lo].fill(0.0);
                     out[hi..].fill(0.0);
-                    if s.stride[1] == 1 {
+                    // An empty lo..hi can start left of the image: the loop below skips it.
+                    if s.stride[1] == 1 && lo < hi {
                         let start = (lo as isize + iw0) as usize;
                         out[lo..hi].copy_from_slice(&src[start..start + hi - lo]);
                     } else {
@@ -142,8 +238,38 @@ fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) 
     }
 }
 
-/// The adjoint of [`im2col`]: adds columns `offset..offset + P` of `cols` into image `dx`.
-fn col2im(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32]) {
+/// The adjoint of [`im2col`]: adds columns `offset..offset + P` of `cols` into image `dx`. The
+/// entries of those columns that stand for padding may be zeroed on the way.
+fn col2im(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f32]) {
+    if s.is_flat() {
+        col2im_flat(s, cols, ld, offset, dx);
+    } else {
+        col2im_rows(s, cols, ld, offset, dx);
+    }
+}
+
+/// [`col2im`] by one shifted sum per row of the column buffer ([`FlatRow`]): the padding's
+/// entries are zeroed first, so that the wrapped positions add nothing.
+fn col2im_flat(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f32]) {
+    let [kh, kw] = s.kernel;
+    let (p, w) = (s.positions(), s.width);
+    for (c, plane) in dx.chunks_exact_mut(s.height * w).enumerate() {
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let flat = FlatRow::new(s, ki, kj);
+                let row = (c * kh + ki) * kw + kj;
+                let src = &mut cols[row * ld + offset..row * ld + offset + p];
+                flat.clear_padding(src, w);
+                for (d, g) in plane[flat.source()].iter_mut().zip(&src[flat.copy.clone()]) {
+                    *d += g;
+                }
+            }
+        }
+    }
+}
+
+/// [`col2im`] by one sum per output row: any stride, padding and dilation.
+fn col2im_rows(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32]) {
     let [ho, wo] = s.out();
     let [kh, kw] = s.kernel;
     let (h, w) = (s.height, s.width);
@@ -162,7 +288,7 @@ fn col2im(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32])
                     }
                     let dst = &mut plane[ih as usize * w..(ih as usize + 1) * w];
                     let grad = &src[oh * wo..(oh + 1) * wo];
-                    if s.stride[1] == 1 {
+                    if s.stride[1] == 1 && lo < hi {
                         let start = (lo as isize + iw0) as usize;
                         for (d, g) in dst[start..start + hi - lo].iter_mut().zip(&grad[lo..hi]) {
                             *d += g;
@@ -311,7 +437,7 @@ pub(crate) fn backward(
                     };
                     let dx_group = &mut dx[start * s.image_in()..(start + images) * s.image_in()];
                     for (i, image) in dx_group.chunks_mut(s.image_in()).enumerate() {
-                        col2im(s, &cols, ld, i * p, image);
+                        col2im(s, &mut cols, ld, i * p, image);
                     }
                 }
             }
@@ -417,7 +543,66 @@ mod tests {
                 width: 3,
                 ..base
             },
+            // Kernel columns that see only padding, left of the image as well as right.
+            ConvShape {
+                kernel: [7, 7],
+                padding: [3, 3],
+                stride: [2, 1],
+                height: 2,
+                width: 2,
+                ..base
+            },
         ]
+    }
+
+    /// The flat path writes the row-by-row path's columns bit for bit and adds the same sums
+    /// back (up to the sign of a zero), on shapes with padding in either axis, dilation, one-pixel
+    /// images and kernels wider than the image.
+    #[test]
+    fn flat_rows_match_the_row_by_row_copies() {
+        let mut flat = 0;
+        for (kernel, padding, dilation, [height, width]) in [
+            ([3, 3], [1, 1], [1, 1], [7, 6]),
+            ([5, 5], [2, 2], [1, 1], [4, 5]),
+            ([1, 1], [0, 0], [1, 1], [3, 4]),
+            ([3, 3], [1, 1], [1, 1], [1, 1]),
+            ([3, 3], [2, 2], [2, 2], [6, 5]),
+            ([3, 3], [0, 1], [1, 1], [5, 4]),
+            ([3, 1], [1, 0], [1, 1], [2, 3]),
+            ([7, 7], [3, 3], [1, 1], [2, 2]),
+            ([2, 2], [1, 1], [1, 1], [3, 3]),
+        ] {
+            let s = ConvShape {
+                batch: 1,
+                channels_in: 2,
+                channels_out: 1,
+                height,
+                width,
+                kernel,
+                stride: [1, 1],
+                padding,
+                dilation,
+            };
+            if !s.is_flat() {
+                continue;
+            }
+            flat += 1;
+            let (p, rows) = (s.positions(), s.rows());
+            let x = values(s.image_in(), 11);
+            // Two images' columns, this one's second: offsets are honoured.
+            let (mut a, mut b) = (vec![f32::NAN; rows * 2 * p], vec![f32::NAN; rows * 2 * p]);
+            im2col_flat(&s, &x, &mut a, 2 * p, p);
+            im2col_rows(&s, &x, &mut b, 2 * p, p);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "{s:?}");
+            let cols = values(rows * 2 * p, 12);
+            let (mut da, mut db) = (values(s.image_in(), 13), values(s.image_in(), 13));
+            col2im_flat(&s, &mut cols.clone(), 2 * p, p, &mut da);
+            col2im_rows(&s, &cols, 2 * p, p, &mut db);
+            assert_eq!(da, db, "{s:?}");
+        }
+        // All but the 2 x 2 kernel, whose output is one column wider than its input.
+        assert_eq!(flat, 8);
     }
 
     #[test]
