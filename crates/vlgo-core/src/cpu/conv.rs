@@ -148,6 +148,12 @@ impl FlatRow {
         }
     }
 
+    /// The rows of every kernel offset, (ki, kj) in row-major order: the same for every channel.
+    fn all(s: &ConvShape) -> Vec<Self> {
+        let [kh, kw] = s.kernel;
+        (0..kh * kw).map(|k| Self::new(s, k / kw, k % kw)).collect()
+    }
+
     /// The plane's positions that `copy` reads.
     fn source(&self) -> std::ops::Range<usize> {
         if self.copy.is_empty() {
@@ -183,19 +189,16 @@ fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) 
 
 /// [`im2col`] by one shifted copy per row of the column buffer ([`FlatRow`]).
 fn im2col_flat(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
-    let [kh, kw] = s.kernel;
     let (p, w) = (s.positions(), s.width);
+    let flats = FlatRow::all(s);
     for (c, plane) in x.chunks_exact(s.height * w).enumerate() {
-        for ki in 0..kh {
-            for kj in 0..kw {
-                let flat = FlatRow::new(s, ki, kj);
-                let row = (c * kh + ki) * kw + kj;
-                let dst = &mut cols[row * ld + offset..row * ld + offset + p];
-                dst[..flat.rows.start * w].fill(0.0);
-                dst[flat.rows.end * w..].fill(0.0);
-                dst[flat.copy.clone()].copy_from_slice(&plane[flat.source()]);
-                flat.clear_padding(dst, w);
-            }
+        for (k, flat) in flats.iter().enumerate() {
+            let row = c * flats.len() + k;
+            let dst = &mut cols[row * ld + offset..row * ld + offset + p];
+            dst[..flat.rows.start * w].fill(0.0);
+            dst[flat.rows.end * w..].fill(0.0);
+            dst[flat.copy.clone()].copy_from_slice(&plane[flat.source()]);
+            flat.clear_padding(dst, w);
         }
     }
 }
@@ -251,18 +254,15 @@ fn col2im(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f
 /// [`col2im`] by one shifted sum per row of the column buffer ([`FlatRow`]): the padding's
 /// entries are zeroed first, so that the wrapped positions add nothing.
 fn col2im_flat(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f32]) {
-    let [kh, kw] = s.kernel;
     let (p, w) = (s.positions(), s.width);
+    let flats = FlatRow::all(s);
     for (c, plane) in dx.chunks_exact_mut(s.height * w).enumerate() {
-        for ki in 0..kh {
-            for kj in 0..kw {
-                let flat = FlatRow::new(s, ki, kj);
-                let row = (c * kh + ki) * kw + kj;
-                let src = &mut cols[row * ld + offset..row * ld + offset + p];
-                flat.clear_padding(src, w);
-                for (d, g) in plane[flat.source()].iter_mut().zip(&src[flat.copy.clone()]) {
-                    *d += g;
-                }
+        for (k, flat) in flats.iter().enumerate() {
+            let row = c * flats.len() + k;
+            let src = &mut cols[row * ld + offset..row * ld + offset + p];
+            flat.clear_padding(src, w);
+            for (d, g) in plane[flat.source()].iter_mut().zip(&src[flat.copy.clone()]) {
+                *d += g;
             }
         }
     }
