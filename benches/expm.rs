@@ -11,7 +11,9 @@
 //! First it prints the single-thread kernels (the n x n product, the LU factorisation and its
 //! two solves) against which the batch figures read; `--matmul-only` stops there.
 //! `--profile-forward` then times only the Padé forward on NdArray at ~1.6, repeated `--reps`
-//! times: the run to put under `perf record`.
+//! times: the run to put under `perf record`. Like the `vlgo` program, it keeps freed buffers
+//! of up to 32 MiB in the heap (`vlgo_core::cpu::host::keep_freed_buffers`; the 64 MiB batches
+//! stay fresh mappings); `--default-allocator` leaves glibc's defaults.
 
 use std::time::Instant;
 
@@ -251,6 +253,9 @@ fn bench_lu(n: usize) {
 }
 
 fn main() {
+    if !std::env::args().any(|a| a == "--default-allocator") {
+        vlgo_core::cpu::host::keep_freed_buffers();
+    }
     let args = args();
     println!(
         "CPU kernel instruction set: {:?}",

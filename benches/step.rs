@@ -12,7 +12,9 @@
 //! slow backend's run; the printed figures say which batch was used. `--methods` times several
 //! methods one after the other in the same process (the ManifoldCLR overhead: operators of
 //! 16 generators in 64 x 64 blocks, encoder and prior at width `--network-width`, default 512;
-//! one AdamW over every parameter).
+//! one AdamW over every parameter). Like the `vlgo` program, it keeps freed buffers in the heap
+//! (`vlgo_core::cpu::host::keep_freed_buffers`); `--default-allocator` leaves glibc's defaults,
+//! to time what that setting is worth.
 
 use std::time::Instant;
 
@@ -103,6 +105,9 @@ fn bench<B: TrainBackend>(
 }
 
 fn main() {
+    if !std::env::args().any(|a| a == "--default-allocator") {
+        vlgo_core::cpu::host::keep_freed_buffers();
+    }
     let reps: usize = arg("--reps").map_or(1, |r| r.parse().expect("--reps takes an integer"));
     let backend = arg("--backend");
     let only = arg("--only");

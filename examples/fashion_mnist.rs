@@ -7,6 +7,8 @@
 //! picks the backend as for `vlgo` (`docs/backends.md`).
 
 fn main() -> Result<(), vlgo::CliError> {
+    // Reuse freed tensor buffers instead of having the system zero fresh pages every step.
+    vlgo_core::cpu::host::keep_freed_buffers();
     let summary = vlgo::pretrain::example("fashion-mnist-simclr-mlp-cpu")?;
     println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
     Ok(())

@@ -8,20 +8,6 @@ use vlgo::args::{Command, parse};
 use vlgo::backend::{BackendName, OnBackend};
 use vlgo::swiss_roll::{self, default_out_dir};
 
-/// Keeps freed buffers of up to 32 MiB in the heap instead of returning them to the system.
-/// Burn's CPU backends allocate a fresh buffer for nearly every tensor operation; with glibc's
-/// defaults each large one is a new mapping that the kernel zeroes page by page, which took a
-/// third of the semi-supervised trainer's time (`docs/semisup.md`, "Speed").
-fn keep_freed_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator parameters; it is called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TOP_PAD, 64 << 20);
-    }
-}
-
 /// A parsed command, run on the chosen backend.
 struct Execute(Command);
 
@@ -103,7 +89,10 @@ fn execute<B: TrainBackend>(command: Command, device: &B::Device) -> vlgo::Resul
 }
 
 fn main() -> ExitCode {
-    keep_freed_buffers();
+    // Burn's CPU backends allocate a fresh buffer for nearly every tensor; keeping freed ones
+    // in the heap spares the system's page zeroing (a third of the semi-supervised trainer's
+    // time, `docs/semisup.md`, "Speed").
+    vlgo_core::cpu::host::keep_freed_buffers();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = parse(&args).and_then(|(named, command)| match command {
         // Help needs no backend (a bad VLGO_BACKEND must not hide it).
