@@ -37,9 +37,10 @@ pub fn output(len: usize) -> Vec<f32> {
 /// activations, their adjoints, the convolutions' column buffers. With glibc's defaults each
 /// large one is a new mapping, and the system zeroes its pages one by one when they are first
 /// touched, step after step. With this setting the heap keeps them: on the Fashion-MNIST CPU
-/// config's training step it removed about three quarters of the page faults and made the step
-/// 1.1-1.3x faster (`docs/pretrain.md`, "Speed of a training step"). The cost is memory: the
-/// process keeps up to 1 GiB of freed heap mapped instead of returning it.
+/// config's training step it removed two thirds to four fifths of the page faults, and the
+/// first steps of a fresh process ran up to 1.2x faster; once glibc's own adaptive threshold
+/// has caught up the gain is smaller (`docs/pretrain.md`, "Speed of a training step"). The
+/// cost is memory: the process keeps up to 1 GiB of freed heap mapped instead of returning it.
 ///
 /// It changes the allocator of the whole process, so the library never calls it on its own:
 /// a program calls it once, first thing in `main` (the `vlgo` program, the examples and the
