@@ -10,6 +10,7 @@
 //!
 //! First it prints the single-thread kernels (the n x n product, the LU factorisation and its
 //! two solves) against which the batch figures read; `--matmul-only` stops there.
+//! Then `cpu::expm_into` into a buffer kept across calls (`--only into` runs that alone).
 //! `--profile-forward` then times only the Padé forward on NdArray at ~1.6, repeated `--reps`
 //! times: the run to put under `perf record`. Like the `vlgo` program, it keeps freed buffers
 //! of up to 32 MiB in the heap (`vlgo_core::cpu::host::keep_freed_buffers`; the 64 MiB batches
@@ -147,6 +148,41 @@ where
     }
 }
 
+/// `cpu::expm_into` into one output buffer kept across calls, against the tensor call whose
+/// output is a fresh buffer each time (its pages faulted in anew), Padé at ||A||_1 ~ 1.6.
+fn bench_into(args: &Args) {
+    use vlgo_core::cpu::{expm_backward_into, expm_into};
+    let device = Default::default();
+    let a = matrices::<burn::backend::NdArray>(args.matrices, args.n, 1.6, &device);
+    let host = a.clone().into_data().to_vec::<f32>().unwrap();
+    let grad: Vec<f32> = (0..host.len())
+        .map(|k| (k % 7) as f32 * 0.1 - 0.3)
+        .collect();
+    let mut out = vec![0.0f32; host.len()];
+    let method = ExpmMethod::Pade;
+    let into = time(args.reps, || {
+        expm_into(&host, &mut out, args.n, method).unwrap()
+    });
+    let backward = time(args.reps, || {
+        expm_backward_into(&host, &grad, &mut out, args.n, method).unwrap()
+    });
+    let tensor = time(args.reps, || {
+        let _ = expm_with(a.clone(), &ExpmConfig::new())
+            .unwrap()
+            .into_data();
+    });
+    println!(
+        "\nexpm_into, Padé, [{}, {n}, {n}], ||A||_1 ~ 1.6, median of {} runs: forward {:.1} ms \
+         (the tensor call on NdArray: {:.1} ms), backward alone {:.1} ms",
+        args.matrices,
+        args.reps,
+        into * 1e3,
+        tensor * 1e3,
+        backward * 1e3,
+        n = args.n,
+    );
+}
+
 fn bench_tensor_ops<B: Backend>(name: &str, args: &Args) {
     let device: B::Device = Default::default();
     let reps = 1;
@@ -189,6 +225,69 @@ fn bench_tensor_ops<B: Backend>(name: &str, args: &Args) {
     }
 }
 
+/// One core's multiply-add peak in GFLOP/s, measured: independent FMAs on registers only, as
+/// wide as the kernels' instruction set (12 chains of 16 or 8 lanes, more than the FMA units'
+/// latency times their count on current x86 cores), so nothing but the FMA units limits it.
+/// None where the kernels run portable code.
+fn fma_peak() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        const CHAINS: usize = 12;
+        const ITERS: usize = 20_000_000;
+        macro_rules! chains {
+            ($name:ident, $feature:literal, $t:ty, $set1:ident, $fma:ident, $add:ident) => {
+                #[target_feature(enable = $feature, enable = "fma")]
+                fn $name() -> f32 {
+                    let (a, b) = std::hint::black_box(($set1(0.999_9), $set1(1e-7)));
+                    let mut acc: [$t; CHAINS] = std::array::from_fn(|i| $set1(i as f32));
+                    for _ in 0..ITERS {
+                        for x in acc.iter_mut() {
+                            *x = $fma(*x, a, b);
+                        }
+                    }
+                    let mut s = acc[0];
+                    for x in &acc[1..] {
+                        s = $add(s, *x);
+                    }
+                    let lanes: [f32; std::mem::size_of::<$t>() / 4] =
+                        unsafe { std::mem::transmute(s) };
+                    lanes.iter().sum()
+                }
+            };
+        }
+        chains!(
+            avx512,
+            "avx512f",
+            __m512,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_add_ps
+        );
+        chains!(
+            avx2,
+            "avx2",
+            __m256,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_add_ps
+        );
+        let lanes = match vlgo_core::cpu::simd::isa() {
+            vlgo_core::cpu::simd::Isa::Avx512 => 16,
+            vlgo_core::cpu::simd::Isa::Avx2 => 8,
+            vlgo_core::cpu::simd::Isa::Portable => return None,
+        };
+        let s = time(3, || {
+            // SAFETY: `isa()` reported the instruction set (and FMA) on this CPU.
+            let x = unsafe { if lanes == 16 { avx512() } else { avx2() } };
+            std::hint::black_box(x);
+        });
+        Some((ITERS * CHAINS * lanes * 2) as f64 / s / 1e9)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
 /// Single-thread throughput of the kernel's n x n product, for comparison with the peak.
 fn bench_matmul(n: usize) {
     let a: Vec<f32> = (0..n * n).map(|k| (k % 7) as f32 * 0.1).collect();
@@ -201,8 +300,15 @@ fn bench_matmul(n: usize) {
         }
     });
     let gflops = reps as f64 * 2.0 * (n * n * n) as f64 / s / 1e9;
+    let share = match fma_peak() {
+        Some(peak) => format!(
+            " ({:.0} % of one core's FMA peak, {peak:.0} GFLOP/s measured)",
+            100.0 * gflops / peak
+        ),
+        None => String::new(),
+    };
     println!(
-        "kernel matmul {n}x{n}, one thread: {:.2} us, {gflops:.0} GFLOP/s",
+        "kernel matmul {n}x{n}, one thread: {:.2} us, {gflops:.0} GFLOP/s{share}",
         s / reps as f64 * 1e6
     );
 }
@@ -280,6 +386,9 @@ fn main() {
     }
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    if run("into") {
+        bench_into(&args);
+    }
     #[cfg(feature = "flex")]
     if run("flex") {
         bench_backend::<burn::backend::Flex>("flex (kernel)", &args);

@@ -50,6 +50,80 @@ fn in_f32<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
     }
 }
 
+/// exp(A) for a batch of row-major n x n f32 matrices in `a`, written into the caller's `out`
+/// (same length): the CPU kernel behind [`expm_with`](crate::expm_with) on `NdArray` and `Flex`,
+/// without a tensor around it. A buffer reused from call to call is neither allocated nor
+/// faulted in again: at [4096, 64, 64] a fresh 64 MiB output costs its pages on every call
+/// (`docs/expm.md`). Matrices are spread over rayon's threads; a matrix holding NaN or Inf gets
+/// NaN and leaves its neighbours untouched.
+///
+/// # Errors
+///
+/// [`VlgoError::Shape`](crate::VlgoError::Shape) unless `a` holds whole n x n matrices (n >= 1),
+/// [`VlgoError::ShapeMismatch`](crate::VlgoError::ShapeMismatch) unless `out` is as long as `a`.
+///
+/// ```
+/// use vlgo_core::ExpmMethod;
+/// use vlgo_core::cpu::expm_into;
+/// // exp of diag(0, ln 2) and of a nilpotent matrix, into one buffer kept across calls.
+/// let a = [0.0f32, 0.0, 0.0, std::f32::consts::LN_2, 0.0, 1.0, 0.0, 0.0];
+/// let mut out = vec![0.0f32; a.len()];
+/// expm_into(&a, &mut out, 2, ExpmMethod::Pade)?;
+/// let want = [1.0f32, 0.0, 0.0, 2.0, 1.0, 1.0, 0.0, 1.0];
+/// assert!(out.iter().zip(want).all(|(o, w)| (o - w).abs() < 1e-6));
+/// assert!(expm_into(&a[..7], &mut out[..7], 2, ExpmMethod::Pade).is_err());
+/// # Ok::<(), vlgo_core::VlgoError>(())
+/// ```
+pub fn expm_into(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod) -> crate::Result<()> {
+    check_batch("expm_into", a, out.len(), n)?;
+    let items = out.par_chunks_mut(n * n).zip(a.par_chunks(n * n));
+    for_each_matrix(items, n, |ws, (o, a)| expm::forward(a, o, n, method, ws));
+    Ok(())
+}
+
+/// The adjoint of A for a batch, given the adjoint `grad` of exp(A), into the caller's `abar`:
+/// the backward of [`expm_into`] (the same as autodiff takes through [`expm_with`](crate::expm_with)),
+/// with the same layout, errors and reuse of the output buffer.
+///
+/// # Errors
+///
+/// As [`expm_into`], and [`VlgoError::ShapeMismatch`](crate::VlgoError::ShapeMismatch) unless
+/// `grad` is as long as `a`.
+pub fn expm_backward_into(
+    a: &[f32],
+    grad: &[f32],
+    abar: &mut [f32],
+    n: usize,
+    method: ExpmMethod,
+) -> crate::Result<()> {
+    check_batch("expm_backward_into", a, abar.len(), n)?;
+    crate::error::check_same_shape(
+        "expm_backward_into",
+        "the lengths of a and grad",
+        &[a.len()],
+        &[grad.len()],
+    )?;
+    let items = abar
+        .par_chunks_mut(n * n)
+        .zip(a.par_chunks(n * n).zip(grad.par_chunks(n * n)));
+    for_each_matrix(items, n, |ws, (o, (a, g))| {
+        expm::backward(a, g, o, n, method, ws)
+    });
+    Ok(())
+}
+
+/// Whole n x n matrices in `a` and an output as long.
+fn check_batch(op: &'static str, a: &[f32], out: usize, n: usize) -> crate::Result<()> {
+    if n == 0 || a.len() % (n * n) != 0 {
+        return Err(crate::VlgoError::Shape {
+            op,
+            expected: format!("whole {n} x {n} matrices (n >= 1) in a slice of f32"),
+            got: vec![a.len()],
+        });
+    }
+    crate::error::check_same_shape(op, "the lengths of a and out", &[a.len()], &[out])
+}
+
 /// exp(A) for a batch [N, n, n] of f32 matrices.
 pub(crate) fn expm_batch<B: Host>(a: FloatTensor<B>, method: ExpmMethod) -> FloatTensor<B> {
     let dims = a.shape().dims::<3>();
@@ -92,6 +166,34 @@ fn min_matrices(n: usize) -> usize {
     (4096 / (n * n).max(1)).max(1)
 }
 
+/// The largest n whose workspace a thread keeps between calls: some 24 buffers of n x n, 1.5 MiB
+/// at 128. Larger ones are built per call rather than held for the life of the thread.
+const KEPT_WORKSPACE_N: usize = 128;
+
+thread_local! {
+    /// Each thread's workspace, kept across calls (and training steps) so that its buffers are
+    /// not allocated and zeroed again per parallel job.
+    static WORKSPACE: std::cell::RefCell<expm::Workspace> = Default::default();
+}
+
+/// Runs `job` with this thread's kept workspace (a fresh one where n is too large to keep, or
+/// where the kept one is in use further up this thread's stack).
+fn with_workspace<R>(n: usize, job: impl FnOnce(&mut expm::Workspace) -> R) -> R {
+    if n <= KEPT_WORKSPACE_N {
+        let mut job = Some(job);
+        let kept = WORKSPACE.with(|ws| {
+            ws.try_borrow_mut()
+                .ok()
+                .map(|mut ws| (job.take().expect("job still here"))(&mut ws))
+        });
+        if let Some(result) = kept {
+            return result;
+        }
+        return (job.take().expect("job not run"))(&mut expm::Workspace::default());
+    }
+    job(&mut expm::Workspace::default())
+}
+
 /// Runs `job` on every matrix of the batch with one workspace per thread. A batch of at most
 /// one job's worth runs on the calling thread: rayon would hand it to a pool worker (the caller
 /// usually is not one) and wait, a cross-thread round trip that costs more than a batch of
@@ -101,23 +203,21 @@ where
     I: IndexedParallelIterator,
     F: Fn(&mut expm::Workspace, I::Item) + Sync + Send,
 {
-    struct Serial<F>(F);
+    struct Serial<F>((F, usize));
     impl<T, F: Fn(&mut expm::Workspace, T)> ProducerCallback<T> for Serial<F> {
         type Output = ();
         fn callback<P: Producer<Item = T>>(self, producer: P) {
-            let mut ws = expm::Workspace::default();
-            producer
-                .into_iter()
-                .for_each(|item| (self.0)(&mut ws, item));
+            let (job, n) = self.0;
+            with_workspace(n, |ws| producer.into_iter().for_each(|item| job(ws, item)));
         }
     }
     let min = min_matrices(n);
     if items.len() < 2 * min {
-        items.with_producer(Serial(job));
+        items.with_producer(Serial((job, n)));
     } else {
         items
             .with_min_len(min)
-            .for_each_init(expm::Workspace::default, job);
+            .for_each(|item| with_workspace(n, |ws| job(ws, item)));
     }
 }
 
@@ -298,6 +398,46 @@ mod tests {
                 "n {n} norm {norm} dv"
             );
         }
+    }
+
+    #[test]
+    fn into_variants_equal_the_tensor_kernels_and_reject_bad_lengths() {
+        let to_vec = |t: Tensor<B, 3>| t.into_data().to_vec::<f32>().unwrap();
+        // n = 9 and 5 in turn on the same threads: each thread's kept workspace changes size
+        // between calls and must not carry anything over.
+        for (n, method) in [
+            (9, ExpmMethod::Pade),
+            (5, ExpmMethod::Taylor),
+            (9, ExpmMethod::Taylor),
+            (5, ExpmMethod::Pade),
+        ] {
+            let (a, g) = (batch(7, n, 3.0), batch(7, n, 1.0));
+            let want = to_vec(expm_batch(a.clone(), method));
+            let want_bar = to_vec(expm_backward_batch(a.clone(), g.clone(), method));
+            let (a, g) = (to_vec(a), to_vec(g));
+            // Whatever the caller's buffer held is overwritten.
+            let mut out = vec![f32::NAN; a.len()];
+            super::expm_into(&a, &mut out, n, method).unwrap();
+            assert_eq!(out, want, "n {n} {method:?}");
+            super::expm_backward_into(&a, &g, &mut out, n, method).unwrap();
+            assert_eq!(out, want_bar, "n {n} {method:?} backward");
+        }
+        let (a, mut out) = (vec![0.0f32; 8], vec![0.0f32; 8]);
+        let pade = ExpmMethod::Pade;
+        let shape = |r: crate::Result<()>| matches!(r, Err(crate::VlgoError::Shape { .. }));
+        let mismatch =
+            |r: crate::Result<()>| matches!(r, Err(crate::VlgoError::ShapeMismatch { .. }));
+        assert!(shape(super::expm_into(&a, &mut out, 0, pade)));
+        assert!(shape(super::expm_into(&a, &mut out, 3, pade)));
+        assert!(mismatch(super::expm_into(&a, &mut out[..4], 2, pade)));
+        assert!(mismatch(super::expm_backward_into(
+            &a,
+            &a[..4],
+            &mut out,
+            2,
+            pade
+        )));
+        assert!(super::expm_backward_into(&a, &a, &mut out, 2, pade).is_ok());
     }
 
     #[test]
