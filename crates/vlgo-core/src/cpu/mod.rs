@@ -114,7 +114,10 @@ pub fn expm_backward_into(
 
 /// Whole n x n matrices in `a` and an output as long.
 fn check_batch(op: &'static str, a: &[f32], out: usize, n: usize) -> crate::Result<()> {
-    if n == 0 || a.len() % (n * n) != 0 {
+    if !n
+        .checked_mul(n)
+        .is_some_and(|nn| nn > 0 && a.len() % nn == 0)
+    {
         return Err(crate::VlgoError::Shape {
             op,
             expected: format!("whole {n} x {n} matrices (n >= 1) in a slice of f32"),
@@ -179,19 +182,13 @@ thread_local! {
 /// Runs `job` with this thread's kept workspace (a fresh one where n is too large to keep, or
 /// where the kept one is in use further up this thread's stack).
 fn with_workspace<R>(n: usize, job: impl FnOnce(&mut expm::Workspace) -> R) -> R {
-    if n <= KEPT_WORKSPACE_N {
-        let mut job = Some(job);
-        let kept = WORKSPACE.with(|ws| {
-            ws.try_borrow_mut()
-                .ok()
-                .map(|mut ws| (job.take().expect("job still here"))(&mut ws))
-        });
-        if let Some(result) = kept {
-            return result;
-        }
-        return (job.take().expect("job not run"))(&mut expm::Workspace::default());
+    if n > KEPT_WORKSPACE_N {
+        return job(&mut expm::Workspace::default());
     }
-    job(&mut expm::Workspace::default())
+    WORKSPACE.with(|kept| match kept.try_borrow_mut() {
+        Ok(mut ws) => job(&mut ws),
+        Err(_) => job(&mut expm::Workspace::default()),
+    })
 }
 
 /// Runs `job` on every matrix of the batch with one workspace per thread. A batch of at most
@@ -203,17 +200,22 @@ where
     I: IndexedParallelIterator,
     F: Fn(&mut expm::Workspace, I::Item) + Sync + Send,
 {
-    struct Serial<F>((F, usize));
+    struct Serial<F> {
+        job: F,
+        n: usize,
+    }
     impl<T, F: Fn(&mut expm::Workspace, T)> ProducerCallback<T> for Serial<F> {
         type Output = ();
         fn callback<P: Producer<Item = T>>(self, producer: P) {
-            let (job, n) = self.0;
-            with_workspace(n, |ws| producer.into_iter().for_each(|item| job(ws, item)));
+            let job = self.job;
+            with_workspace(self.n, |ws| {
+                producer.into_iter().for_each(|item| job(ws, item))
+            });
         }
     }
     let min = min_matrices(n);
     if items.len() < 2 * min {
-        items.with_producer(Serial((job, n)));
+        items.with_producer(Serial { job, n });
     } else {
         items
             .with_min_len(min)
