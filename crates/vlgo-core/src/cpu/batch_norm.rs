@@ -12,6 +12,8 @@
 
 use rayon::prelude::*;
 
+use super::gemm::written;
+
 /// Layout of a batch-norm input: [batch, channels, size].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NormShape {
@@ -97,39 +99,30 @@ pub(crate) fn affine(s: &NormShape, x: &[f32], scale: &[f32], shift: &[f32]) -> 
     if image == 0 {
         return vec![0.0; x.len()];
     }
-    // `filled` needs every entry written: whole images, a scale and shift per channel.
+    // `written` needs every entry written: whole images, a scale and shift per channel.
     assert!(
         x.len() == s.batch * image && scale.len() >= s.channels && shift.len() >= s.channels,
         "batch norm: buffers do not fit {s:?}"
     );
-    filled(x.len(), |y| {
-        y.par_chunks_mut(image)
-            .zip(x.par_chunks(image))
-            .for_each(|(y, x)| {
-                for ((y, x), (a, b)) in y
-                    .chunks_mut(s.size)
-                    .zip(x.chunks(s.size))
-                    .zip(scale.iter().zip(shift))
-                {
-                    for (y, x) in y.iter_mut().zip(x) {
-                        y.write(a * x + b);
+    // SAFETY: the loop zips y with x (as long) over whole images, and every image's chunks
+    // with a scale and shift per channel (asserted above), so it writes every entry.
+    unsafe {
+        written(x.len(), |y| {
+            y.par_chunks_mut(image)
+                .zip(x.par_chunks(image))
+                .for_each(|(y, x)| {
+                    for ((y, x), (a, b)) in y
+                        .chunks_mut(s.size)
+                        .zip(x.chunks(s.size))
+                        .zip(scale.iter().zip(shift))
+                    {
+                        for (y, x) in y.iter_mut().zip(x) {
+                            y.write(a * x + b);
+                        }
                     }
-                }
-            })
-    })
-}
-
-/// A vector of `len` floats that `write` fills, without zeroing it first: the kernels' outputs
-/// are as large as the activations, and clearing them is a pass over memory that the writes
-/// repeat. `write` must write every entry; the callers assert the lengths that make their loops
-/// cover the whole vector.
-fn filled(len: usize, write: impl FnOnce(&mut [std::mem::MaybeUninit<f32>])) -> Vec<f32> {
-    let mut out = Vec::with_capacity(len);
-    write(&mut out.spare_capacity_mut()[..len]);
-    // SAFETY: `write` initialised all `len` entries (each caller's loop zips the output with
-    // inputs of the same length, channel by channel, over whole images, as it asserts).
-    unsafe { out.set_len(len) };
-    out
+                })
+        })
+    }
 }
 
 /// The normalisation with the batch's own statistics: (y, mean, biased variance).
@@ -201,28 +194,32 @@ pub(crate) fn backward(
     let dx = if image == 0 {
         vec![0.0; x.len()]
     } else {
-        // `filled` needs every entry written: whole images and an adjoint for each.
+        // `written` needs every entry written: whole images and an adjoint for each.
         assert!(
             x.len() == s.batch * image && grad.len() == x.len(),
             "batch norm: buffers do not fit {s:?}"
         );
-        filled(x.len(), |dx| {
-            dx.par_chunks_mut(image)
-                .zip(x.par_chunks(image).zip(grad.par_chunks(image)))
-                .for_each(|(dx, (x, dy))| {
-                    for (c, ((dx, x), dy)) in dx
-                        .chunks_mut(s.size)
-                        .zip(x.chunks(s.size))
-                        .zip(dy.chunks(s.size))
-                        .enumerate()
-                    {
-                        let (a, b, d) = (a[c], b[c], d[c]);
-                        for ((dx, x), dy) in dx.iter_mut().zip(x).zip(dy) {
-                            dx.write(a * dy + b * x + d);
+        // SAFETY: the loop zips dx with x and the adjoint (as long, asserted above) over whole
+        // images, and a channel's coefficients exist for every chunk, so it writes every entry.
+        unsafe {
+            written(x.len(), |dx| {
+                dx.par_chunks_mut(image)
+                    .zip(x.par_chunks(image).zip(grad.par_chunks(image)))
+                    .for_each(|(dx, (x, dy))| {
+                        for (c, ((dx, x), dy)) in dx
+                            .chunks_mut(s.size)
+                            .zip(x.chunks(s.size))
+                            .zip(dy.chunks(s.size))
+                            .enumerate()
+                        {
+                            let (a, b, d) = (a[c], b[c], d[c]);
+                            for ((dx, x), dy) in dx.iter_mut().zip(x).zip(dy) {
+                                dx.write(a * dy + b * x + d);
+                            }
                         }
-                    }
-                })
-        })
+                    })
+            })
+        }
     };
     let dgamma = sum_dy_xhat.iter().map(|&v| v as f32).collect();
     let dbeta = sum_dy.iter().map(|&v| v as f32).collect();

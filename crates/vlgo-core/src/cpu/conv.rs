@@ -12,9 +12,11 @@
 //! The weight gradient sums over images in a fixed number of chunks, added in chunk order, so
 //! results do not depend on the number of threads.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
-use super::gemm::{View, product};
+use super::gemm::{View, product, product_into, written};
 
 /// Columns a product should have at least: groups of images are formed to reach it.
 const TARGET_COLUMNS: usize = 256;
@@ -331,47 +333,57 @@ fn col2im_rows(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [
 /// [C_out], as [N, C_out, Ho, Wo].
 pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     let (k, p, co) = (s.rows(), s.positions(), s.channels_out);
-    let mut out = vec![0.0f32; s.batch * s.image_out()];
-    if out.is_empty() {
-        return out;
+    let len = s.batch * s.image_out();
+    if len == 0 {
+        return Vec::new();
     }
     let g = s.group();
-    out.par_chunks_mut(g * s.image_out())
-        .zip(x.par_chunks(g * s.image_in()))
-        .for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(cols, tmp), (out, x)| {
-                let images = out.len() / s.image_out();
-                let ld = images * p;
-                cols.resize(k * ld, 0.0);
-                for (i, image) in x.chunks(s.image_in()).enumerate() {
-                    im2col(s, image, cols, ld, i * p);
-                }
-                let w = View::rows(weight, k);
-                let c = View::rows(cols, ld);
-                if images == 1 {
-                    // SAFETY: w is [co, k], cols [k, p], out [co, p].
-                    unsafe { product((co, p, k), out, p, false, w, c, false) };
-                } else {
-                    tmp.resize(co * ld, 0.0);
-                    // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
-                    unsafe { product((co, ld, k), tmp, ld, false, w, c, false) };
-                    for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
-                        for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
-                            o.copy_from_slice(&row[i * p..(i + 1) * p]);
-                        }
+    let job = |(cols, tmp): &mut (Vec<f32>, Vec<f32>),
+               (out, x): (&mut [MaybeUninit<f32>], &[f32])| {
+        let images = out.len() / s.image_out();
+        let ld = images * p;
+        cols.resize(k * ld, 0.0);
+        for (i, image) in x.chunks(s.image_in()).enumerate() {
+            im2col(s, image, cols, ld, i * p);
+        }
+        let w = View::rows(weight, k);
+        let c = View::rows(cols, ld);
+        if images == 1 {
+            // SAFETY: w is [co, k], cols [k, p], out [co, p].
+            unsafe { product_into((co, p, k), out, p, w, c, false) };
+        } else {
+            tmp.resize(co * ld, 0.0);
+            // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
+            unsafe { product((co, ld, k), tmp, ld, false, w, c, false) };
+            for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
+                for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
+                    for (o, &v) in o.iter_mut().zip(&row[i * p..(i + 1) * p]) {
+                        o.write(v);
                     }
                 }
-                if let Some(bias) = bias {
-                    for image in out.chunks_mut(s.image_out()) {
-                        for (o, b) in image.chunks_mut(p).zip(bias) {
-                            o.iter_mut().for_each(|v| *v += b);
-                        }
-                    }
+            }
+        }
+        if let Some(bias) = bias {
+            // SAFETY: every entry of `out` was written just above.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len())
+            };
+            for image in out.chunks_mut(s.image_out()) {
+                for (o, b) in image.chunks_mut(p).zip(bias) {
+                    o.iter_mut().for_each(|v| *v += b);
                 }
-            },
-        );
-    out
+            }
+        }
+    };
+    // SAFETY: each job writes its whole chunk of whole images: the product all co x p entries
+    // of a lone image, or the copies every row of each image of a group.
+    unsafe {
+        written(len, |out| {
+            out.par_chunks_mut(g * s.image_out())
+                .zip(x.par_chunks(g * s.image_in()))
+                .for_each_init(|| (Vec::new(), Vec::new()), job)
+        })
+    }
 }
 
 /// The adjoints of the input (when `want_input`) and of the weight (when `want_weight`) given

@@ -116,7 +116,7 @@ pub fn expm_backward_into(
 fn check_batch(op: &'static str, a: &[f32], out: usize, n: usize) -> crate::Result<()> {
     if !n
         .checked_mul(n)
-        .is_some_and(|nn| nn > 0 && a.len() % nn == 0)
+        .is_some_and(|nn| nn > 0 && a.len().is_multiple_of(nn))
     {
         return Err(crate::VlgoError::Shape {
             op,
