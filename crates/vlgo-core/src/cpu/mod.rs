@@ -76,8 +76,7 @@ fn in_f32<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
 /// ```
 pub fn expm_into(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod) -> crate::Result<()> {
     check_batch("expm_into", a, out.len(), n)?;
-    let items = out.par_chunks_mut(n * n).zip(a.par_chunks(n * n));
-    for_each_matrix(items, n, |ws, (o, a)| expm::forward(a, o, n, method, ws));
+    forward_matrices(a, out, n, method);
     Ok(())
 }
 
@@ -103,12 +102,7 @@ pub fn expm_backward_into(
         &[a.len()],
         &[grad.len()],
     )?;
-    let items = abar
-        .par_chunks_mut(n * n)
-        .zip(a.par_chunks(n * n).zip(grad.par_chunks(n * n)));
-    for_each_matrix(items, n, |ws, (o, (a, g))| {
-        expm::backward(a, g, o, n, method, ws)
-    });
+    backward_matrices(a, grad, abar, n, method);
     Ok(())
 }
 
@@ -134,10 +128,26 @@ pub(crate) fn expm_batch<B: Host>(a: FloatTensor<B>, method: ExpmMethod) -> Floa
     let input = B::read(&a);
     let mut out = output(input.len());
     if n > 0 {
-        let items = out.par_chunks_mut(n * n).zip(input.par_chunks(n * n));
-        for_each_matrix(items, n, |ws, (o, a)| expm::forward(a, o, n, method, ws));
+        forward_matrices(&input, &mut out, n, method);
     }
     B::make(out, &dims)
+}
+
+/// exp(A) of every n x n matrix of `a` into `out` (n >= 1, whole matrices, same lengths).
+fn forward_matrices(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod) {
+    let items = out.par_chunks_mut(n * n).zip(a.par_chunks(n * n));
+    for_each_matrix(items, n, |ws, (o, a)| expm::forward(a, o, n, method, ws));
+}
+
+/// The adjoint of every n x n matrix of `a` given that of its exponential in `grad`, into
+/// `abar` (as [`forward_matrices`]).
+fn backward_matrices(a: &[f32], grad: &[f32], abar: &mut [f32], n: usize, method: ExpmMethod) {
+    let items = abar
+        .par_chunks_mut(n * n)
+        .zip(a.par_chunks(n * n).zip(grad.par_chunks(n * n)));
+    for_each_matrix(items, n, |ws, (o, (a, g))| {
+        expm::backward(a, g, o, n, method, ws)
+    });
 }
 
 /// The adjoint of A for a batch, given the adjoint of exp(A).
@@ -152,12 +162,7 @@ pub(crate) fn expm_backward_batch<B: Host>(
     let (input, grad) = (B::read(&a), B::read(&grad));
     let mut out = output(input.len());
     if n > 0 {
-        let items = out
-            .par_chunks_mut(n * n)
-            .zip(input.par_chunks(n * n).zip(grad.par_chunks(n * n)));
-        for_each_matrix(items, n, |ws, (o, (a, g))| {
-            expm::backward(a, g, o, n, method, ws)
-        });
+        backward_matrices(&input, &grad, &mut out, n, method);
     }
     B::make(out, &dims)
 }
