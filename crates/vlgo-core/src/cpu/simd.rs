@@ -659,6 +659,12 @@ fn solve_block<T: RowBlocks, const R: usize, const W: usize>(
             t.tile::<R, W>((i0, j0));
             j0 += W;
         }
+        // A 16-wide strip before the 8-wide ones: one full vector on AVX-512 rather than two
+        // half ones (the trailing updates of the factorisation have widths 8, 16, ..., n - 8).
+        if W == 32 && j0 + 16 <= n {
+            t.tile::<R, 16>((i0, j0));
+            j0 += 16;
+        }
         while j0 + 8 <= n {
             t.tile::<R, 8>((i0, j0));
             j0 += 8;
@@ -719,24 +725,61 @@ fn lu_solve_body<F: Fma, const R: usize, const W: usize>(
     tmp: &mut [f32],
     n: usize,
 ) {
-    let fma = std::marker::PhantomData::<F>;
+    solve_lower::<F, R, W>(l, perm, b, tmp, n);
+    solve_upper::<F, R, W>(u, tmp, b, n);
+}
+
+/// [`lu_solve_body`] with the solution written to `x` rather than over `b`.
+#[inline(always)]
+fn lu_solve_into_body<F: Fma, const R: usize, const W: usize>(
+    u: &[f32],
+    l: &[f32],
+    perm: &[usize],
+    b: &[f32],
+    x: &mut [f32],
+    tmp: &mut [f32],
+    n: usize,
+) {
+    solve_lower::<F, R, W>(l, perm, b, tmp, n);
+    solve_upper::<F, R, W>(u, tmp, x, n);
+}
+
+/// L Y = P B into `y`, block by block from the top.
+#[inline(always)]
+fn solve_lower<F: Fma, const R: usize, const W: usize>(
+    l: &[f32],
+    perm: &[usize],
+    b: &[f32],
+    y: &mut [f32],
+    n: usize,
+) {
     let mut lower = Lower::<F> {
         l,
         perm,
         b,
-        x: tmp,
+        x: y,
         n,
-        fma,
+        fma: std::marker::PhantomData,
     };
     for block in row_blocks::<R>(n) {
         solve_block::<_, R, W>(&mut lower, block, 0, n);
     }
+}
+
+/// U X = Y into `x`, block by block from the bottom.
+#[inline(always)]
+fn solve_upper<F: Fma, const R: usize, const W: usize>(
+    u: &[f32],
+    y: &[f32],
+    x: &mut [f32],
+    n: usize,
+) {
     let mut upper = Upper::<F> {
         u,
-        y: tmp,
-        x: b,
+        y,
+        x,
         n,
-        fma,
+        fma: std::marker::PhantomData,
     };
     for block in row_blocks::<R>(n).rev() {
         solve_block::<_, R, W>(&mut upper, block, 0, n);
@@ -905,6 +948,18 @@ macro_rules! instantiate {
                 lu_solve_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*
+            pub unsafe fn lu_solve_into(
+                u: &[f32],
+                l: &[f32],
+                perm: &[usize],
+                b: &[f32],
+                x: &mut [f32],
+                tmp: &mut [f32],
+                n: usize,
+            ) {
+                lu_solve_into_body::<$fma, $rows, $width>(u, l, perm, b, x, tmp, n)
+            }
+            $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_solve_transposed(
                 u: &[f32],
                 l: &[f32],
@@ -914,6 +969,11 @@ macro_rules! instantiate {
                 n: usize,
             ) {
                 lu_solve_transposed_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
+            }
+            $(#[target_feature(enable = $feature)])*
+            #[inline]
+            pub unsafe fn run<T>(f: impl FnOnce() -> T) -> T {
+                f()
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
@@ -994,6 +1054,27 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
 /// Below this length plain loops beat the dispatch and vector set-up.
 const SMALL: usize = 8;
 
+/// Runs `f` compiled for the widest instruction set the CPU has, like the kernels here, so that
+/// plain loops in it are vectorised 16 (or 8) lanes wide rather than at the compilation target's
+/// baseline; for element-wise passes outside the kernels (norms, sums of matrices). The closure
+/// must be marked `#[inline(always)]`: it is called from one copy of this function per
+/// instruction set, and only when inlined into them is it compiled for theirs.
+///
+/// ```
+/// use vlgo_core::cpu::simd::vectorised;
+///
+/// let x = vec![1.5f32; 1000];
+/// let sum = vectorised(
+///     #[inline(always)]
+///     || x.iter().map(|&v| v as f64).sum::<f64>(),
+/// );
+/// assert_eq!(sum, 1500.0);
+/// ```
+#[inline(always)]
+pub fn vectorised<T>(f: impl FnOnce() -> T) -> T {
+    dispatch!(run(f))
+}
+
 /// y += alpha x.
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     if x.len() < SMALL {
@@ -1049,6 +1130,24 @@ pub fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
 pub fn lu_solve(u: &[f32], l: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
     debug_assert!(u.len() >= n * n && l.len() >= n * n && b.len() >= n * n && tmp.len() >= n * n);
     dispatch!(lu_solve(u, l, perm, b, tmp, n))
+}
+
+/// Solves A X = B from the factors of [`lu_factor`] as [`lu_solve`] does, into `x` (n x n),
+/// leaving `b` as it was: where the solution has its own destination, this saves copying it
+/// there.
+pub fn lu_solve_into(
+    u: &[f32],
+    l: &[f32],
+    perm: &[usize],
+    b: &[f32],
+    x: &mut [f32],
+    tmp: &mut [f32],
+    n: usize,
+) {
+    let nn = n * n;
+    debug_assert!(u.len() >= nn && l.len() >= nn && b.len() >= nn);
+    debug_assert!(x.len() >= nn && tmp.len() >= nn);
+    dispatch!(lu_solve_into(u, l, perm, b, x, tmp, n))
 }
 
 /// Solves A^T X = B from the factors of A by [`lu_factor`], as [`lu_solve`] does A X = B: the
