@@ -8,14 +8,11 @@
 //! in f64, channel by channel, so results do not depend on the number of threads.
 //!
 //! The backward's two per-channel sums are taken in one pass: at the activations' sizes of a
-//! training batch the reductions wait on memory. Every pass runs through
-//! [`vectorised`](super::simd::vectorised), at the CPU's vector width rather than the
-//! baseline's (the same operations, so the same results).
+//! training batch the reductions wait on memory.
 
 use rayon::prelude::*;
 
 use super::gemm::written;
-use super::simd::vectorised;
 
 /// Layout of a batch-norm input: [batch, channels, size].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,20 +40,15 @@ impl NormShape {
             .into_par_iter()
             .map(|c| {
                 let f = |a, b| f(c, a, b);
-                vectorised(
-                    #[inline(always)]
-                    || {
-                        (0..self.batch).fold([0.0; K], |mut sums, n| {
-                            let start = (n * self.channels + c) * self.size;
-                            let a = &first[start..start + self.size];
-                            let b = &second[start..start + self.size];
-                            for (s, v) in sums.iter_mut().zip(block_sums(a, b, &f)) {
-                                *s += v;
-                            }
-                            sums
-                        })
-                    },
-                )
+                (0..self.batch).fold([0.0; K], |mut sums, n| {
+                    let start = (n * self.channels + c) * self.size;
+                    let a = &first[start..start + self.size];
+                    let b = &second[start..start + self.size];
+                    for (s, v) in sums.iter_mut().zip(block_sums(a, b, &f)) {
+                        *s += v;
+                    }
+                    sums
+                })
             })
             .collect()
     }
@@ -64,7 +56,6 @@ impl NormShape {
 
 /// The K sums of f(a_i, b_i) over matching entries, each with eight f32 accumulators, returned
 /// in f64.
-#[inline(always)]
 fn block_sums<const K: usize>(a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> [f32; K]) -> [f64; K] {
     let mut lanes = [[0.0f32; 8]; K];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -120,20 +111,15 @@ pub(crate) fn affine(s: &NormShape, x: &[f32], scale: &[f32], shift: &[f32]) -> 
             y.par_chunks_mut(image)
                 .zip(x.par_chunks(image))
                 .for_each(|(y, x)| {
-                    vectorised(
-                        #[inline(always)]
-                        || {
-                            for ((y, x), (a, b)) in y
-                                .chunks_mut(s.size)
-                                .zip(x.chunks(s.size))
-                                .zip(scale.iter().zip(shift))
-                            {
-                                for (y, x) in y.iter_mut().zip(x) {
-                                    y.write(a * x + b);
-                                }
-                            }
-                        },
-                    )
+                    for ((y, x), (a, b)) in y
+                        .chunks_mut(s.size)
+                        .zip(x.chunks(s.size))
+                        .zip(scale.iter().zip(shift))
+                    {
+                        for (y, x) in y.iter_mut().zip(x) {
+                            y.write(a * x + b);
+                        }
+                    }
                 })
         })
     }
@@ -220,22 +206,17 @@ pub(crate) fn backward(
                 dx.par_chunks_mut(image)
                     .zip(x.par_chunks(image).zip(grad.par_chunks(image)))
                     .for_each(|(dx, (x, dy))| {
-                        vectorised(
-                            #[inline(always)]
-                            || {
-                                for (c, ((dx, x), dy)) in dx
-                                    .chunks_mut(s.size)
-                                    .zip(x.chunks(s.size))
-                                    .zip(dy.chunks(s.size))
-                                    .enumerate()
-                                {
-                                    let (a, b, d) = (a[c], b[c], d[c]);
-                                    for ((dx, x), dy) in dx.iter_mut().zip(x).zip(dy) {
-                                        dx.write(a * dy + b * x + d);
-                                    }
-                                }
-                            },
-                        )
+                        for (c, ((dx, x), dy)) in dx
+                            .chunks_mut(s.size)
+                            .zip(x.chunks(s.size))
+                            .zip(dy.chunks(s.size))
+                            .enumerate()
+                        {
+                            let (a, b, d) = (a[c], b[c], d[c]);
+                            for ((dx, x), dy) in dx.iter_mut().zip(x).zip(dy) {
+                                dx.write(a * dy + b * x + d);
+                            }
+                        }
                     })
             })
         }

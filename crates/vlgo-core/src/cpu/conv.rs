@@ -17,7 +17,6 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::gemm::{View, product, product_into, written};
-use super::simd::vectorised;
 
 /// Columns a product should have at least: groups of images are formed to reach it.
 const TARGET_COLUMNS: usize = 256;
@@ -168,7 +167,6 @@ impl FlatRow {
 
     /// Zeroes, in a row of the column buffer, the positions of `rows` whose input column lies
     /// in the padding. At the ends of `rows` these include the positions `copy` left out.
-    #[inline(always)]
     fn clear_padding(&self, row: &mut [f32], w: usize) {
         let (lo, hi) = self.columns;
         let lines = &mut row[self.rows.start * w..self.rows.end * w];
@@ -187,7 +185,7 @@ impl FlatRow {
 /// Zeroes a run of padding columns: one to three floats for the network's kernels (3 x 3 with
 /// padding 1, 7 x 7 with padding 3), which `fill` turns into a `memset` call per image row that
 /// costs more than the stores (measured: flat im2col 1.1-1.3x faster with the stores).
-#[inline(always)]
+#[inline]
 fn zero_short(run: &mut [f32]) {
     match run {
         [] => {}
@@ -201,22 +199,14 @@ fn zero_short(run: &mut [f32]) {
 /// Writes image `x` ([C_in, H, W]) into columns `offset..offset + P` of the row-major column
 /// buffer with row stride `ld`: row (c, ki, kj), column (oh, ow) holds x[c, ih, iw] or 0.
 fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
-    // Copies and zero fills at the CPU's vector width: at the baseline's 4 lanes this took a
-    // tenth of a small network's training step.
-    vectorised(
-        #[inline(always)]
-        || {
-            if s.is_flat() {
-                im2col_flat(s, x, cols, ld, offset);
-            } else {
-                im2col_rows(s, x, cols, ld, offset);
-            }
-        },
-    )
+    if s.is_flat() {
+        im2col_flat(s, x, cols, ld, offset);
+    } else {
+        im2col_rows(s, x, cols, ld, offset);
+    }
 }
 
 /// [`im2col`] by one shifted copy per row of the column buffer ([`FlatRow`]).
-#[inline(always)]
 fn im2col_flat(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
     let (p, w) = (s.positions(), s.width);
     let flats = FlatRow::all(s);
@@ -233,7 +223,6 @@ fn im2col_flat(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: us
 }
 
 /// [`im2col`] by one copy per output row: any stride, padding and dilation.
-#[inline(always)]
 fn im2col_rows(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
     let [ho, wo] = s.out();
     let [kh, kw] = s.kernel;
@@ -280,21 +269,15 @@ fn im2col_rows(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: us
 /// The adjoint of [`im2col`]: adds columns `offset..offset + P` of `cols` into image `dx`. The
 /// entries of those columns that stand for padding may be zeroed on the way.
 fn col2im(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f32]) {
-    vectorised(
-        #[inline(always)]
-        || {
-            if s.is_flat() {
-                col2im_flat(s, cols, ld, offset, dx);
-            } else {
-                col2im_rows(s, cols, ld, offset, dx);
-            }
-        },
-    )
+    if s.is_flat() {
+        col2im_flat(s, cols, ld, offset, dx);
+    } else {
+        col2im_rows(s, cols, ld, offset, dx);
+    }
 }
 
 /// [`col2im`] by one shifted sum per row of the column buffer ([`FlatRow`]): the padding's
 /// entries are zeroed first, so that the wrapped positions add nothing.
-#[inline(always)]
 fn col2im_flat(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f32]) {
     let (p, w) = (s.positions(), s.width);
     let flats = FlatRow::all(s);
@@ -311,7 +294,6 @@ fn col2im_flat(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &m
 }
 
 /// [`col2im`] by one sum per output row: any stride, padding and dilation.
-#[inline(always)]
 fn col2im_rows(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32]) {
     let [ho, wo] = s.out();
     let [kh, kw] = s.kernel;
