@@ -161,16 +161,15 @@ fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
     }
 }
 
-/// Scales A into values[0], evaluates the scheme and leaves the unsquared approximant in `out`,
-/// or in r0 without one (and, for Padé, the LU factors of Q = V - U in t1, lower and perm, which
-/// the backward reuses; P = V + U in r0). Returns (program, s).
+/// Scales A into values[0], evaluates the scheme and leaves the unsquared approximant in r0
+/// (and, for Padé, the LU factors of Q = V - U in t1, lower and perm, which the backward reuses).
+/// Returns (program, s).
 fn approximant(
     a: &[f32],
     norm: f64,
     n: usize,
     method: ExpmMethod,
     ws: &mut Workspace,
-    out: Option<&mut [f32]>,
 ) -> (&'static Program, u32) {
     let (degree, s) = choose(norm, method, Precision::Single);
     let program = program(method, degree);
@@ -202,12 +201,9 @@ fn approximant(
             },
         );
         lu::factor(&mut ws.t1, &mut ws.lower, &mut ws.perm, n);
-        match out {
-            Some(out) => lu::solve_into(&ws.t1, &ws.lower, &ws.perm, &ws.r0, out, &mut ws.t2, n),
-            None => lu::solve(&ws.t1, &ws.lower, &ws.perm, &mut ws.r0, &mut ws.t2, n),
-        }
+        lu::solve(&ws.t1, &ws.lower, &ws.perm, &mut ws.r0, &mut ws.t2, n);
     } else {
-        out.unwrap_or(&mut ws.r0).copy_from_slice(&ws.values[u]);
+        ws.r0.copy_from_slice(&ws.values[u]);
     }
     (program, s)
 }
@@ -219,7 +215,10 @@ pub fn forward(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod, ws: &mu
         out.fill(f32::NAN);
         return;
     }
-    let (_, s) = approximant(a, norm, n, method, ws, Some(&mut *out));
+    let (_, s) = approximant(a, norm, n, method, ws);
+    // Solving straight into `out` instead (the solve split into its two triangular phases so
+    // that the second could write there) measured 8-13 % slower at [4096, 64, 64].
+    out.copy_from_slice(&ws.r0);
     for _ in 0..s {
         matmul(out, out, &mut ws.t2, n, false);
         out.copy_from_slice(&ws.t2);
@@ -275,7 +274,7 @@ pub fn backward(
         return;
     }
     let nn = n * n;
-    let (program, s) = approximant(a, norm, n, method, ws, None);
+    let (program, s) = approximant(a, norm, n, method, ws);
     // Forward squarings, keeping each input.
     ensure(&mut ws.squares, s as usize, nn);
     ws.t3.copy_from_slice(&ws.r0);

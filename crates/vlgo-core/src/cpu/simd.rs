@@ -725,61 +725,24 @@ fn lu_solve_body<F: Fma, const R: usize, const W: usize>(
     tmp: &mut [f32],
     n: usize,
 ) {
-    solve_lower::<F, R, W>(l, perm, b, tmp, n);
-    solve_upper::<F, R, W>(u, tmp, b, n);
-}
-
-/// [`lu_solve_body`] with the solution written to `x` rather than over `b`.
-#[inline(always)]
-fn lu_solve_into_body<F: Fma, const R: usize, const W: usize>(
-    u: &[f32],
-    l: &[f32],
-    perm: &[usize],
-    b: &[f32],
-    x: &mut [f32],
-    tmp: &mut [f32],
-    n: usize,
-) {
-    solve_lower::<F, R, W>(l, perm, b, tmp, n);
-    solve_upper::<F, R, W>(u, tmp, x, n);
-}
-
-/// L Y = P B into `y`, block by block from the top.
-#[inline(always)]
-fn solve_lower<F: Fma, const R: usize, const W: usize>(
-    l: &[f32],
-    perm: &[usize],
-    b: &[f32],
-    y: &mut [f32],
-    n: usize,
-) {
+    let fma = std::marker::PhantomData::<F>;
     let mut lower = Lower::<F> {
         l,
         perm,
         b,
-        x: y,
+        x: tmp,
         n,
-        fma: std::marker::PhantomData,
+        fma,
     };
     for block in row_blocks::<R>(n) {
         solve_block::<_, R, W>(&mut lower, block, 0, n);
     }
-}
-
-/// U X = Y into `x`, block by block from the bottom.
-#[inline(always)]
-fn solve_upper<F: Fma, const R: usize, const W: usize>(
-    u: &[f32],
-    y: &[f32],
-    x: &mut [f32],
-    n: usize,
-) {
     let mut upper = Upper::<F> {
         u,
-        y,
-        x,
+        y: tmp,
+        x: b,
         n,
-        fma: std::marker::PhantomData,
+        fma,
     };
     for block in row_blocks::<R>(n).rev() {
         solve_block::<_, R, W>(&mut upper, block, 0, n);
@@ -946,18 +909,6 @@ macro_rules! instantiate {
                 n: usize,
             ) {
                 lu_solve_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
-            }
-            $(#[target_feature(enable = $feature)])*
-            pub unsafe fn lu_solve_into(
-                u: &[f32],
-                l: &[f32],
-                perm: &[usize],
-                b: &[f32],
-                x: &mut [f32],
-                tmp: &mut [f32],
-                n: usize,
-            ) {
-                lu_solve_into_body::<$fma, $rows, $width>(u, l, perm, b, x, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_solve_transposed(
@@ -1130,24 +1081,6 @@ pub fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
 pub fn lu_solve(u: &[f32], l: &[f32], perm: &[usize], b: &mut [f32], tmp: &mut [f32], n: usize) {
     debug_assert!(u.len() >= n * n && l.len() >= n * n && b.len() >= n * n && tmp.len() >= n * n);
     dispatch!(lu_solve(u, l, perm, b, tmp, n))
-}
-
-/// Solves A X = B from the factors of [`lu_factor`] as [`lu_solve`] does, into `x` (n x n),
-/// leaving `b` as it was: where the solution has its own destination, this saves copying it
-/// there.
-pub fn lu_solve_into(
-    u: &[f32],
-    l: &[f32],
-    perm: &[usize],
-    b: &[f32],
-    x: &mut [f32],
-    tmp: &mut [f32],
-    n: usize,
-) {
-    let nn = n * n;
-    debug_assert!(u.len() >= nn && l.len() >= nn && b.len() >= nn);
-    debug_assert!(x.len() >= nn && tmp.len() >= nn);
-    dispatch!(lu_solve_into(u, l, perm, b, x, tmp, n))
 }
 
 /// Solves A^T X = B from the factors of A by [`lu_factor`], as [`lu_solve`] does A X = B: the
