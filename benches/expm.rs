@@ -250,9 +250,9 @@ fn fma_peak() -> Option<f64> {
                     for x in &acc[1..] {
                         s = $add(s, *x);
                     }
+                    type Lanes = [f32; std::mem::size_of::<$t>() / 4];
                     // SAFETY: a vector register of N floats has the size and bits of [f32; N].
-                    let lanes: [f32; std::mem::size_of::<$t>() / 4] =
-                        unsafe { std::mem::transmute(s) };
+                    let lanes: Lanes = unsafe { std::mem::transmute(s) };
                     lanes.iter().sum()
                 }
             };
