@@ -85,8 +85,8 @@ impl Workspace {
 /// 3 x 3 ones); `None` when the matrix holds NaN or Inf. Each column is summed in row order, with
 /// the shifted diagonal entry in its place.
 pub fn column_norms(a: &[f32], n: usize, mu: f32) -> Option<(f64, f64)> {
-    // Once per matrix, over all of it: at the baseline's two f64 lanes this pass took 6 % of
-    // the Padé forward at n = 64.
+    // Once per matrix, over all of it: compiled for the baseline's two f64 lanes this pass took
+    // about 5 % of the Padé forward at n = 64 (`docs/expm.md`).
     vectorised(
         #[inline(always)]
         || column_norms_body(a, n, mu),

@@ -1006,10 +1006,12 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
 const SMALL: usize = 8;
 
 /// Runs `f` compiled for the widest instruction set the CPU has, like the kernels here, so that
-/// plain loops in it are vectorised 16 (or 8) lanes wide rather than at the compilation target's
-/// baseline; for element-wise passes outside the kernels (norms, sums of matrices). The closure
-/// must be marked `#[inline(always)]`: it is called from one copy of this function per
-/// instruction set, and only when inlined into them is it compiled for theirs.
+/// the compiler vectorises plain loops in it with 256-bit (or wider) registers rather than the
+/// compilation target's baseline (SSE2 on x86-64); for element-wise passes outside the kernels
+/// (norms, sums of matrices). The closure must be marked `#[inline(always)]`: it is called from
+/// one copy of this function per instruction set, and only when inlined into them is it compiled
+/// for theirs. The results are those of the same loop compiled for the baseline: the compiler
+/// does not reorder floating-point operations or fuse them into multiply-adds on its own.
 ///
 /// ```
 /// use vlgo_core::cpu::simd::vectorised;
