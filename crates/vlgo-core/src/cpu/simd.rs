@@ -659,9 +659,10 @@ fn solve_block<T: RowBlocks, const R: usize, const W: usize>(
             t.tile::<R, W>((i0, j0));
             j0 += W;
         }
-        // A 16-wide strip before the 8-wide ones: one full vector on AVX-512 rather than two
-        // half ones (the trailing updates of the factorisation have widths 8, 16, ..., n - 8).
-        if W == 32 && j0 + 16 <= n {
+        // A 16-wide strip before the 8-wide ones where the widest strip is wider than 16 (one
+        // full vector on AVX-512 rather than two half ones): the factorisation's trailing
+        // updates have widths 8, 16, ..., n - 8.
+        if W > 16 && j0 + 16 <= n {
             t.tile::<R, 16>((i0, j0));
             j0 += 16;
         }
