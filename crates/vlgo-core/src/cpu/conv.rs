@@ -16,7 +16,9 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use super::conv_grid::{self, Grid};
 use super::gemm::{View, product, product_into, written};
+use super::simd::{GRAM_LANES, fold_lanes};
 
 /// Columns a product should have at least: groups of images are formed to reach it.
 const TARGET_COLUMNS: usize = 256;
@@ -363,18 +365,23 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
                 }
             }
         }
-        if let Some(bias) = bias {
-            // SAFETY: every entry of `out` was written just above.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len())
-            };
-            for image in out.chunks_mut(s.image_out()) {
-                for (o, b) in image.chunks_mut(p).zip(bias) {
-                    o.iter_mut().for_each(|v| *v += b);
-                }
-            }
-        }
+        add_bias(s, out, bias);
     };
+    if conv_grid::applies(s) {
+        let g = Grid::group(s);
+        // SAFETY: each job writes its whole chunk of whole images (`forward_group`'s contract),
+        // then adds the bias.
+        return unsafe {
+            written(len, |out| {
+                out.par_chunks_mut(g * s.image_out())
+                    .zip(x.par_chunks(g * s.image_in()))
+                    .for_each_init(conv_grid::Scratch::default, |scratch, (out, x)| {
+                        conv_grid::forward_group(s, x, weight, out, scratch);
+                        add_bias(s, out, bias);
+                    })
+            })
+        };
+    }
     // SAFETY: each job writes its whole chunk of whole images: the product all co x p entries
     // of a lone image, or the copies every row of each image of a group.
     unsafe {
@@ -383,6 +390,19 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
                 .zip(x.par_chunks(g * s.image_in()))
                 .for_each_init(|| (Vec::new(), Vec::new()), job)
         })
+    }
+}
+
+/// Adds the bias to every image of `out` ([images, C_out, Ho, Wo]), whose entries are all
+/// written.
+fn add_bias(s: &ConvShape, out: &mut [MaybeUninit<f32>], bias: Option<&[f32]>) {
+    let Some(bias) = bias else { return };
+    // SAFETY: the caller has written every entry of `out`.
+    let out = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len()) };
+    for image in out.chunks_mut(s.image_out()) {
+        for (o, b) in image.chunks_mut(s.positions()).zip(bias) {
+            o.iter_mut().for_each(|v| *v += b);
+        }
     }
 }
 
@@ -402,7 +422,9 @@ pub(crate) fn backward(
     if s.batch == 0 || p == 0 || !(want_input || want_weight) {
         return (dx, want_weight.then(|| vec![0.0; wsize]));
     }
-    let g = s.group();
+    let grid = conv_grid::applies(s);
+    let g = if grid { Grid::group(s) } else { s.group() };
+    let adjoint = (grid && want_input).then(|| conv_grid::pack_adjoint(weight, co, s.channels_in));
     let groups = s.batch.div_ceil(g);
     let per_chunk = groups.div_ceil(WEIGHT_CHUNKS.min(groups)) * g;
     let chunks = s.batch.div_ceil(per_chunk);
@@ -419,11 +441,29 @@ pub(crate) fn backward(
             let count = per_chunk.min(s.batch - first);
             let mut dw = want_weight.then(|| vec![0.0f32; wsize]);
             let (mut cols, mut dy) = (Vec::new(), Vec::new());
+            let mut scratch = conv_grid::Scratch::default();
+            // The grid path's weight adjoint, in the lanes that `shifted_gram` keeps.
+            let mut lanes = (grid && want_weight).then(|| vec![0.0f32; wsize * GRAM_LANES]);
             for start in (0..count).step_by(g) {
                 let images = g.min(count - start);
                 let ld = images * p;
                 let n0 = first + start;
                 let dy_group = &grad[n0 * s.image_out()..(n0 + images) * s.image_out()];
+                if grid {
+                    let dx = dx.as_mut().map(|dx| {
+                        let dx = &mut dx[start * s.image_in()..(start + images) * s.image_in()];
+                        (
+                            dx,
+                            adjoint
+                                .as_deref()
+                                .expect("packed when the input's adjoint is"),
+                        )
+                    });
+                    let x_group = &x[n0 * s.image_in()..(n0 + images) * s.image_in()];
+                    let lanes = lanes.as_deref_mut();
+                    conv_grid::backward_group(s, x_group, dy_group, lanes, dx, &mut scratch);
+                    continue;
+                }
                 // The output adjoint as [co, images x p] (a view when there is one image).
                 let dy_view: &[f32] = if images == 1 {
                     dy_group
@@ -475,6 +515,9 @@ pub(crate) fn backward(
                         col2im(s, &mut cols, ld, i * p, image);
                     }
                 }
+            }
+            if let (Some(dw), Some(lanes)) = (dw.as_mut(), lanes) {
+                fold_lanes(&lanes, dw);
             }
             dw
         })
@@ -587,7 +630,41 @@ mod tests {
                 width: 2,
                 ..base
             },
+            // The grid path (`conv_grid`): several groups of images, the last partial.
+            grid_shape(),
         ]
+    }
+
+    fn grid_shape() -> ConvShape {
+        ConvShape {
+            batch: 18,
+            channels_in: 8,
+            channels_out: 9,
+            height: 7,
+            width: 8,
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+        }
+    }
+
+    /// The tests above reach the grid path only if the shape takes it, in more than one group
+    /// and with a partial last group.
+    #[test]
+    fn the_grid_shape_takes_the_grid_path_in_several_groups() {
+        let s = grid_shape();
+        assert!(conv_grid::applies(&s));
+        assert!(!conv_grid::applies(&ConvShape {
+            channels_in: 1,
+            ..s
+        }));
+        assert!(!conv_grid::applies(&ConvShape {
+            stride: [2, 2],
+            ..s
+        }));
+        let g = Grid::group(&s);
+        assert!(s.batch > g && !s.batch.is_multiple_of(g), "group {g}");
     }
 
     /// The flat path writes the row-by-row path's columns bit for bit and adds the same sums
@@ -678,17 +755,18 @@ mod tests {
 
     #[test]
     fn weight_gradient_does_not_depend_on_the_thread_count() {
-        let s = shapes()[4];
-        let x = values(s.batch * s.image_in(), 8);
-        let w = values(s.channels_out * s.rows(), 9);
-        let dy = values(s.batch * s.image_out(), 10);
-        let run = |threads: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| backward(&s, &x, &w, &dy, true, true))
-        };
-        assert_eq!(run(1), run(3));
+        for s in [shapes()[4], grid_shape()] {
+            let x = values(s.batch * s.image_in(), 8);
+            let w = values(s.channels_out * s.rows(), 9);
+            let dy = values(s.batch * s.image_out(), 10);
+            let run = |threads: usize| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap()
+                    .install(|| backward(&s, &x, &w, &dy, true, true))
+            };
+            assert_eq!(run(1), run(3), "{s:?}");
+        }
     }
 }

@@ -14,6 +14,8 @@ pub(crate) mod batch_norm;
 #[cfg(feature = "layers")]
 pub(crate) mod conv;
 #[cfg(feature = "layers")]
+pub(crate) mod conv_grid;
+#[cfg(feature = "layers")]
 pub(crate) mod dense;
 pub(crate) mod expm;
 pub(crate) mod expmv;

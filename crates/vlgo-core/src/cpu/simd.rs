@@ -880,6 +880,119 @@ fn lu_solve_transposed_body<F: Fma, const R: usize, const W: usize>(
     }
 }
 
+/// One R x W tile of [`shifted_product`]'s output at (a0, q0): output rows a0.., positions
+/// q0..q0 + W, summed over the input rows and the nine shifts in registers.
+#[inline(always)]
+fn shifted_tile<F: Fma, const R: usize, const W: usize>(
+    s: &Shifted<'_>,
+    out: &mut [f32],
+    (a0, q0): (usize, usize),
+) {
+    let mut acc = [[0f32; W]; R];
+    let taps = 9 * s.b;
+    // Rows of the weights as slices of length 9 b, so that indexing by t < 9 b needs no
+    // bounds check (the structure of `tile`, which the compiler keeps in vector registers).
+    let rows: [&[f32]; R] = std::array::from_fn(|r| &s.w[(a0 + r) * taps..(a0 + r + 1) * taps]);
+    for t in 0..taps {
+        let start = (t / 9) * s.ld + s.shifts[t % 9] + q0;
+        // Copied to a local array: borrowed from the slice, the strip kept the multiply-adds
+        // scalar (the compiler did not vectorise them).
+        let strip: [f32; W] = s.x[start..start + W].try_into().unwrap();
+        for (row, w_row) in acc.iter_mut().zip(&rows) {
+            let x = w_row[t];
+            for j in 0..W {
+                row[j] = F::fma(x, strip[j], row[j]);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        out[(a0 + r) * s.cols + q0..][..W].copy_from_slice(acc);
+    }
+}
+
+/// The operands of [`shifted_product`].
+struct Shifted<'a> {
+    w: &'a [f32],
+    x: &'a [f32],
+    a: usize,
+    b: usize,
+    ld: usize,
+    cols: usize,
+    shifts: &'a [usize; 9],
+}
+
+#[inline(always)]
+fn shifted_product_body<F: Fma, const R: usize, const W: usize>(s: &Shifted<'_>, out: &mut [f32]) {
+    for q0 in (0..s.cols).step_by(W) {
+        let mut a0 = 0;
+        while a0 + R <= s.a {
+            shifted_tile::<F, R, W>(s, out, (a0, q0));
+            a0 += R;
+        }
+        while a0 < s.a {
+            shifted_tile::<F, 1, W>(s, out, (a0, q0));
+            a0 += 1;
+        }
+    }
+}
+
+/// One block of [`shifted_gram`]: output rows a0..a0 + R against input row b, the nine
+/// shifts' sums over the positions in W f32 lanes, added into the lanes kept in `lanes`.
+#[inline(always)]
+fn shifted_gram_tile<F: Fma, const R: usize, const W: usize>(
+    s: &Shifted<'_>,
+    y: &[f32],
+    lanes: &mut [f32],
+    (a0, b): (usize, usize),
+) {
+    let at = |r: usize, k: usize| (((a0 + r) * s.b + b) * 9 + k) * GRAM_LANES;
+    // Local copies throughout: borrowed strips kept the multiply-adds scalar, and summing the
+    // accumulators where they lie kept them in memory (see `shifted_tile`).
+    let mut acc: [[[f32; W]; R]; 9] = std::array::from_fn(|k| {
+        std::array::from_fn(|r| lanes[at(r, k)..at(r, k) + W].try_into().unwrap())
+    });
+    let row = &s.x[b * s.ld..(b + 1) * s.ld];
+    let ys: [&[f32]; R] = std::array::from_fn(|r| &y[(a0 + r) * s.ld..][..s.cols]);
+    let strips: [&[f32]; 9] = std::array::from_fn(|k| &row[s.shifts[k]..s.shifts[k] + s.cols]);
+    for q0 in (0..s.cols / W).map(|i| i * W) {
+        let ys: [[f32; W]; R] = std::array::from_fn(|r| ys[r][q0..q0 + W].try_into().unwrap());
+        for (acc, strip) in acc.iter_mut().zip(&strips) {
+            let strip: [f32; W] = strip[q0..q0 + W].try_into().unwrap();
+            for (acc, y) in acc.iter_mut().zip(&ys) {
+                for j in 0..W {
+                    acc[j] = F::fma(y[j], strip[j], acc[j]);
+                }
+            }
+        }
+    }
+    for (k, acc) in acc.iter().enumerate() {
+        for (r, acc) in acc.iter().enumerate() {
+            lanes[at(r, k)..at(r, k) + W].copy_from_slice(acc);
+        }
+    }
+}
+
+#[inline(always)]
+fn shifted_gram_body<F: Fma, const R: usize, const W: usize>(
+    s: &Shifted<'_>,
+    y: &[f32],
+    lanes: &mut [f32],
+) {
+    let mut a0 = 0;
+    while a0 + R <= s.a {
+        for b in 0..s.b {
+            shifted_gram_tile::<F, R, W>(s, y, lanes, (a0, b));
+        }
+        a0 += R;
+    }
+    while a0 < s.a {
+        for b in 0..s.b {
+            shifted_gram_tile::<F, 1, W>(s, y, lanes, (a0, b));
+        }
+        a0 += 1;
+    }
+}
+
 macro_rules! instantiate {
     ($name:ident, $fma:ty, $rows:literal, $width:literal, $($feature:literal),*) => {
         mod $name {
@@ -934,6 +1047,17 @@ macro_rules! instantiate {
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn vecmat(x: &[f32], m: &[f32], y: &mut [f32], n: usize, acc: bool) {
                 vecmat_body::<$fma, { 4 * $width }>(x, m, y, n, acc)
+            }
+            $(#[target_feature(enable = $feature)])*
+            pub(super) unsafe fn shifted_product(s: &Shifted<'_>, out: &mut [f32]) {
+                shifted_product_body::<$fma, { if $width == 32 { 8 } else { 4 } }, $width>(s, out)
+            }
+            $(#[target_feature(enable = $feature)])*
+            pub(super) unsafe fn shifted_gram(s: &Shifted<'_>, y: &[f32], lanes: &mut [f32]) {
+                // R rows per block: 9 R accumulators, R strips of y and one of x.
+                shifted_gram_body::<$fma, { if $width == 32 { 2 } else { 1 } }, { $width / 2 }>(
+                    s, y, lanes,
+                )
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn gemm_tn(p: &[f32], q: &[f32], c: &mut [f32], n: usize, depth: usize) {
@@ -1001,6 +1125,114 @@ macro_rules! dispatch {
 pub fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
     debug_assert!(a.len() >= n * n && b.len() >= n * n && c.len() >= n * n);
     dispatch!(matmul(a, b, c, n, accumulate))
+}
+
+/// Positions [`shifted_product`] and [`shifted_gram`] take in multiples of: their widest tile.
+pub(crate) const SHIFT_ALIGN: usize = 32;
+
+/// `out[a, q]` = sum over the input rows b and the nine kernel offsets k of
+/// `w[(a b_count + b) 9 + k] x[b ld + shifts[k] + q]`, q in 0..cols: a 3 x 3 convolution over a layout in which
+/// each kernel offset is a fixed shift of the position (`conv_grid`), with the weights in the
+/// convolution's own [C_out, C_in, 3, 3] order. The nine offsets' terms are summed in registers,
+/// so the output is written once.
+///
+/// # Panics
+/// If `cols` is not a multiple of [`SHIFT_ALIGN`] or a buffer is too short for the sizes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn shifted_product(
+    w: &[f32],
+    x: &[f32],
+    out: &mut [f32],
+    (a, b): (usize, usize),
+    ld: usize,
+    cols: usize,
+    shifts: &[usize; 9],
+) {
+    let s = Shifted {
+        w,
+        x,
+        a,
+        b,
+        ld,
+        cols,
+        shifts,
+    };
+    s.check();
+    assert!(
+        out.len() >= a * cols && w.len() >= 9 * a * b,
+        "shifted_product: output or weights too short"
+    );
+    dispatch!(shifted_product(&s, out))
+}
+
+/// Lanes per sum that [`shifted_gram`] keeps: its widest (the instruction sets with narrower
+/// vectors use the first ones, and leave the others zero).
+pub(crate) const GRAM_LANES: usize = 16;
+
+/// `lanes[((a b_count + b) 9 + k) GRAM_LANES + l]` += the sum over positions q = l (mod the
+/// vector width) of `y[a ld + q] x[b ld + shifts[k] + q]`: the weight adjoint of
+/// [`shifted_product`]'s convolution (`y` the output's adjoint, zero wherever the layout is),
+/// kept in f32 lanes across calls. [`fold_lanes`] adds each sum's lanes.
+///
+/// # Panics
+/// As [`shifted_product`], or if `lanes` is too short.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn shifted_gram(
+    y: &[f32],
+    x: &[f32],
+    lanes: &mut [f32],
+    (a, b): (usize, usize),
+    ld: usize,
+    cols: usize,
+    shifts: &[usize; 9],
+) {
+    let s = Shifted {
+        w: &[],
+        x,
+        a,
+        b,
+        ld,
+        cols,
+        shifts,
+    };
+    s.check();
+    assert!(
+        (a == 0 || y.len() >= (a - 1) * ld + cols) && lanes.len() >= a * b * 9 * GRAM_LANES,
+        "shifted_gram: buffers too short"
+    );
+    dispatch!(shifted_gram(&s, y, lanes))
+}
+
+/// The sums that [`shifted_gram`] keeps in lanes: each sum's [`GRAM_LANES`] lanes added
+/// pairwise, in a fixed order, into `out` (one entry per sum).
+pub(crate) fn fold_lanes(lanes: &[f32], out: &mut [f32]) {
+    for (out, lanes) in out.iter_mut().zip(lanes.chunks_exact(GRAM_LANES)) {
+        let mut v: [f32; GRAM_LANES] = lanes.try_into().unwrap();
+        let mut half = GRAM_LANES;
+        while half > 1 {
+            half /= 2;
+            for j in 0..half {
+                v[j] += v[j + half];
+            }
+        }
+        *out = v[0];
+    }
+}
+
+impl Shifted<'_> {
+    /// The sizes that make every index of the kernels valid (they index with bounds checks
+    /// all the same; this turns a wrong call into one clear panic).
+    fn check(&self) {
+        let widest = self.shifts.iter().max().copied().unwrap_or(0);
+        assert!(
+            self.cols.is_multiple_of(SHIFT_ALIGN)
+                && widest + self.cols <= self.ld
+                && self.x.len() >= self.b * self.ld,
+            "shifted kernels: sizes do not fit (cols {}, ld {}, widest shift {widest})",
+            self.cols,
+            self.ld
+        );
+    }
 }
 
 /// Below this length plain loops beat the dispatch and vector set-up.
