@@ -17,6 +17,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::conv_grid::{self, Grid};
+use super::conv_positions;
 use super::gemm::{View, product, product_into, written};
 use super::simd::{GRAM_LANES, fold_lanes};
 
@@ -53,7 +54,7 @@ impl ConvShape {
         Some([dim(self.height, 0)?, dim(self.width, 1)?])
     }
 
-    fn out(&self) -> [usize; 2] {
+    pub(crate) fn out(&self) -> [usize; 2] {
         self.output().expect("checked by the caller")
     }
 
@@ -62,7 +63,7 @@ impl ConvShape {
         self.channels_in * self.kernel[0] * self.kernel[1]
     }
 
-    fn positions(&self) -> usize {
+    pub(crate) fn positions(&self) -> usize {
         let [ho, wo] = self.out();
         ho * wo
     }
@@ -90,7 +91,7 @@ impl ConvShape {
 
     /// Input rows `ih` that output row `o` reads through kernel offset `k` along axis `axis`,
     /// as a signed index (out of range means padding).
-    fn source(&self, axis: usize, o: usize, k: usize) -> isize {
+    pub(crate) fn source(&self, axis: usize, o: usize, k: usize) -> isize {
         (o * self.stride[axis] + k * self.dilation[axis]) as isize - self.padding[axis] as isize
     }
 
@@ -367,6 +368,15 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
         }
         add_bias(s, out, bias);
     };
+    if conv_positions::applies(s) {
+        let mut out = conv_positions::forward(s, x, weight);
+        // SAFETY: every entry is written; viewed as MaybeUninit, written initialised values only.
+        let view = unsafe {
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<MaybeUninit<f32>>(), out.len())
+        };
+        add_bias(s, view, bias);
+        return out;
+    }
     if conv_grid::applies(s) {
         let g = Grid::group(s);
         // SAFETY: each job writes its whole chunk of whole images (`forward_group`'s contract),
@@ -418,6 +428,9 @@ pub(crate) fn backward(
 ) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
     let (k, p, co) = (s.rows(), s.positions(), s.channels_out);
     let wsize = co * k;
+    if conv_positions::applies(s) && (want_input || want_weight) {
+        return conv_positions::backward(s, x, weight, grad, want_input, want_weight);
+    }
     let mut dx = want_input.then(|| vec![0.0f32; s.batch * s.image_in()]);
     if s.batch == 0 || p == 0 || !(want_input || want_weight) {
         return (dx, want_weight.then(|| vec![0.0; wsize]));
@@ -632,6 +645,20 @@ mod tests {
             },
             // The grid path (`conv_grid`): several groups of images, the last partial.
             grid_shape(),
+            // The per-position path (`conv_positions`): a 2 x 2 output map, a stride-2 2 x 2 one.
+            ConvShape {
+                batch: 70,
+                height: 2,
+                width: 2,
+                ..base
+            },
+            ConvShape {
+                batch: 64,
+                height: 4,
+                width: 3,
+                stride: [2, 2],
+                ..base
+            },
         ]
     }
 
@@ -663,6 +690,9 @@ mod tests {
             stride: [2, 2],
             ..s
         }));
+        for s in &shapes()[shapes().len() - 2..] {
+            assert!(conv_positions::applies(s), "{s:?}");
+        }
         let g = Grid::group(&s);
         assert!(s.batch > g && !s.batch.is_multiple_of(g), "group {g}");
     }
@@ -755,7 +785,8 @@ mod tests {
 
     #[test]
     fn weight_gradient_does_not_depend_on_the_thread_count() {
-        for s in [shapes()[4], grid_shape()] {
+        let positions = shapes()[shapes().len() - 2];
+        for s in [shapes()[4], grid_shape(), positions] {
             let x = values(s.batch * s.image_in(), 8);
             let w = values(s.channels_out * s.rows(), 9);
             let dy = values(s.batch * s.image_out(), 10);

@@ -36,10 +36,12 @@ type Case = (
     usize,
 );
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     ([4, 3, 8, 8], [5, 3, 3, 3], [1, 1], [1, 1], [1, 1], 1),
     // 3 x 3, stride 1, padding 1, at least 8 channels and 7 x 7: the CPU kernels' grid path.
     ([3, 8, 8, 7], [9, 8, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+    // A 2 x 2 output map of 64 images: the CPU kernels' per-position path.
+    ([64, 4, 2, 2], [5, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1),
     ([3, 4, 9, 7], [6, 4, 3, 3], [2, 2], [1, 1], [1, 1], 1),
     ([5, 4, 8, 8], [8, 4, 1, 1], [2, 2], [0, 0], [1, 1], 1),
     ([40, 2, 4, 4], [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1),
