@@ -149,6 +149,15 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32]) -> Vec<f32> {
     }
 }
 
+/// One position's share of the adjoints: its valid offsets, and the products over them.
+struct Part {
+    taps: Vec<(usize, usize)>,
+    /// [C_out, C_in x taps], empty when the weight's adjoint is not wanted.
+    dw: Vec<f32>,
+    /// [C_in x taps, N], empty when the input's adjoint is not wanted.
+    dx: Vec<f32>,
+}
+
 /// The adjoints of the input (when `want_input`) and of the weight (when `want_weight`) given
 /// the adjoint `grad` [N, C_out, Ho, Wo] of the output.
 pub(crate) fn backward(
@@ -164,7 +173,7 @@ pub(crate) fn backward(
     let xt = want_weight.then(|| transpose(x, n, ci * hw));
     // [C_out x P, N]: position p's adjoint is rows o P + p.
     let gt = transpose(grad, n, co * p);
-    let parts: Vec<(Vec<(usize, usize)>, Vec<f32>, Vec<f32>)> = (0..p)
+    let parts: Vec<Part> = (0..p)
         .into_par_iter()
         .map(|p0| {
             let taps = taps(s, p0);
@@ -204,12 +213,12 @@ pub(crate) fn backward(
                     )
                 };
             }
-            (taps, dw, dx)
+            Part { taps, dw, dx }
         })
         .collect();
     let dw = want_weight.then(|| {
         let mut dw = vec![0.0f32; co * ci * k];
-        for (taps, part, _) in &parts {
+        for Part { taps, dw: part, .. } in &parts {
             let kp = ci * taps.len();
             for (o, row) in part.chunks_exact(kp).enumerate() {
                 for c in 0..ci {
@@ -225,7 +234,7 @@ pub(crate) fn backward(
         // Where each position's adjoint rows land: pixel -> its row within the position's taps.
         let slots: Vec<Vec<Option<usize>>> = parts
             .iter()
-            .map(|(taps, _, _)| {
+            .map(|Part { taps, .. }| {
                 let mut slot = vec![None; hw];
                 for (j, &(_, pixel)) in taps.iter().enumerate() {
                     slot[pixel] = Some(j);
@@ -236,7 +245,7 @@ pub(crate) fn backward(
         let mut dxt = vec![0.0f32; ci * hw * n];
         dxt.par_chunks_mut(n).enumerate().for_each(|(r, row)| {
             let (c, pixel) = (r / hw, r % hw);
-            for ((taps, _, part), slot) in parts.iter().zip(&slots) {
+            for (Part { taps, dx: part, .. }, slot) in parts.iter().zip(&slots) {
                 if let Some(j) = slot[pixel] {
                     let src = (c * taps.len() + j) * n;
                     row.iter_mut()
