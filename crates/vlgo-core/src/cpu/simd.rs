@@ -880,6 +880,7 @@ fn lu_solve_transposed_body<F: Fma, const R: usize, const W: usize>(
     }
 }
 
+#[cfg(feature = "layers")]
 /// One R x W tile of [`shifted_product`]'s output at (a0, q0): output rows a0.., positions
 /// q0..q0 + W, summed over the input rows and the nine shifts in registers.
 #[inline(always)]
@@ -910,6 +911,7 @@ fn shifted_tile<F: Fma, const R: usize, const W: usize>(
     }
 }
 
+#[cfg(feature = "layers")]
 /// The operands of [`shifted_product`].
 struct Shifted<'a> {
     w: &'a [f32],
@@ -921,6 +923,7 @@ struct Shifted<'a> {
     shifts: &'a [usize; 9],
 }
 
+#[cfg(feature = "layers")]
 #[inline(always)]
 fn shifted_product_body<F: Fma, const R: usize, const W: usize>(s: &Shifted<'_>, out: &mut [f32]) {
     for q0 in (0..s.cols).step_by(W) {
@@ -936,6 +939,7 @@ fn shifted_product_body<F: Fma, const R: usize, const W: usize>(s: &Shifted<'_>,
     }
 }
 
+#[cfg(feature = "layers")]
 /// One block of [`shifted_gram`]: output rows a0..a0 + R against input row b, the nine
 /// shifts' sums over the positions in W f32 lanes, added into the lanes kept in `lanes`.
 #[inline(always)]
@@ -972,6 +976,7 @@ fn shifted_gram_tile<F: Fma, const R: usize, const W: usize>(
     }
 }
 
+#[cfg(feature = "layers")]
 #[inline(always)]
 fn shifted_gram_body<F: Fma, const R: usize, const W: usize>(
     s: &Shifted<'_>,
@@ -1048,10 +1053,12 @@ macro_rules! instantiate {
             pub unsafe fn vecmat(x: &[f32], m: &[f32], y: &mut [f32], n: usize, acc: bool) {
                 vecmat_body::<$fma, { 4 * $width }>(x, m, y, n, acc)
             }
+            #[cfg(feature = "layers")]
             $(#[target_feature(enable = $feature)])*
             pub(super) unsafe fn shifted_product(s: &Shifted<'_>, out: &mut [f32]) {
                 shifted_product_body::<$fma, { if $width == 32 { 8 } else { 4 } }, $width>(s, out)
             }
+            #[cfg(feature = "layers")]
             $(#[target_feature(enable = $feature)])*
             pub(super) unsafe fn shifted_gram(s: &Shifted<'_>, y: &[f32], lanes: &mut [f32]) {
                 // R rows per block: 9 R accumulators, R strips of y and one of x.
@@ -1127,9 +1134,11 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
     dispatch!(matmul(a, b, c, n, accumulate))
 }
 
+#[cfg(feature = "layers")]
 /// Positions [`shifted_product`] and [`shifted_gram`] take in multiples of: their widest tile.
 pub(crate) const SHIFT_ALIGN: usize = 32;
 
+#[cfg(feature = "layers")]
 /// `out[a, q]` = sum over the input rows b and the nine kernel offsets k of
 /// `w[(a b_count + b) 9 + k] x[b ld + shifts[k] + q]`, q in 0..cols: a 3 x 3 convolution over a layout in which
 /// each kernel offset is a fixed shift of the position (`conv_grid`), with the weights in the
@@ -1165,10 +1174,12 @@ pub(crate) fn shifted_product(
     dispatch!(shifted_product(&s, out))
 }
 
+#[cfg(feature = "layers")]
 /// Lanes per sum that [`shifted_gram`] keeps: its widest (the instruction sets with narrower
 /// vectors use the first ones, and leave the others zero).
 pub(crate) const GRAM_LANES: usize = 16;
 
+#[cfg(feature = "layers")]
 /// `lanes[((a b_count + b) 9 + k) GRAM_LANES + l]` += the sum over positions q = l (mod the
 /// vector width) of `y[a ld + q] x[b ld + shifts[k] + q]`: the weight adjoint of
 /// [`shifted_product`]'s convolution (`y` the output's adjoint, zero wherever the layout is),
@@ -1203,6 +1214,7 @@ pub(crate) fn shifted_gram(
     dispatch!(shifted_gram(&s, y, lanes))
 }
 
+#[cfg(feature = "layers")]
 /// The sums that [`shifted_gram`] keeps in lanes: each sum's [`GRAM_LANES`] lanes added
 /// pairwise, in a fixed order, into `out` (one entry per sum).
 pub(crate) fn fold_lanes(lanes: &[f32], out: &mut [f32]) {
@@ -1219,6 +1231,7 @@ pub(crate) fn fold_lanes(lanes: &[f32], out: &mut [f32]) {
     }
 }
 
+#[cfg(feature = "layers")]
 impl Shifted<'_> {
     /// The sizes that make every index of the kernels valid (they index with bounds checks
     /// all the same; this turns a wrong call into one clear panic).
@@ -1602,6 +1615,87 @@ mod tests {
                         + 1.0;
                     let got = c[i * n + j] as f64;
                     assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "n = {n}");
+                }
+            }
+        }
+    }
+
+    /// The shifted product and Gram kernels of every instruction set the CPU has against their
+    /// definitions in f64, with output rows left over by every tile height (11 = 8 + 3 = 4 + 4 + 3)
+    /// and two tile widths of positions.
+    #[test]
+    #[cfg(feature = "layers")]
+    fn shifted_kernels_of_every_instruction_set_match_their_definitions() {
+        type Kernels = (
+            unsafe fn(&Shifted<'_>, &mut [f32]),
+            unsafe fn(&Shifted<'_>, &[f32], &mut [f32]),
+        );
+        let mut sets: Vec<(&str, Kernels)> = vec![(
+            "portable",
+            (portable::shifted_product, portable::shifted_gram),
+        )];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if matches!(isa(), Isa::Avx2 | Isa::Avx512) {
+                sets.push(("avx2", (avx2::shifted_product, avx2::shifted_gram)));
+            }
+            if isa() == Isa::Avx512 {
+                sets.push(("avx512", (avx512::shifted_product, avx512::shifted_gram)));
+            }
+        }
+        let (a, b, cols) = (11, 3, 2 * SHIFT_ALIGN);
+        let shifts = [0, 1, 2, 9, 10, 11, 18, 19, 20];
+        let ld = cols + 20;
+        let value = |i: usize, seed: usize| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
+        let w: Vec<f32> = (0..9 * a * b).map(|i| value(i, 1)).collect();
+        let x: Vec<f32> = (0..b * ld).map(|i| value(i, 2)).collect();
+        let y: Vec<f32> = (0..a * ld).map(|i| value(i, 3)).collect();
+        for (name, (product, gram)) in sets {
+            let s = Shifted {
+                w: &w,
+                x: &x,
+                a,
+                b,
+                ld,
+                cols,
+                shifts: &shifts,
+            };
+            let mut out = vec![f32::NAN; a * cols];
+            s.check();
+            // SAFETY: `isa()` reported the set's features; the sizes fit (`check` passes).
+            unsafe { product(&s, &mut out) };
+            for i in 0..a {
+                for q in 0..cols {
+                    let want: f64 = (0..b)
+                        .flat_map(|j| (0..9).map(move |k| (j, k)))
+                        .map(|(j, k)| {
+                            w[(i * b + j) * 9 + k] as f64 * x[j * ld + shifts[k] + q] as f64
+                        })
+                        .sum();
+                    let got = out[i * cols + q] as f64;
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "{name} product ({i}, {q}): {got} vs {want}"
+                    );
+                }
+            }
+            let mut lanes = vec![0.0f32; a * b * 9 * GRAM_LANES];
+            // SAFETY: as above.
+            unsafe { gram(&s, &y, &mut lanes) };
+            let mut sums = vec![0.0f32; a * b * 9];
+            fold_lanes(&lanes, &mut sums);
+            for i in 0..a {
+                for j in 0..b {
+                    for k in 0..9 {
+                        let want: f64 = (0..cols)
+                            .map(|q| y[i * ld + q] as f64 * x[j * ld + shifts[k] + q] as f64)
+                            .sum();
+                        let got = sums[(i * b + j) * 9 + k] as f64;
+                        assert!(
+                            (got - want).abs() < 1e-4,
+                            "{name} gram ({i}, {j}, {k}): {got} vs {want}"
+                        );
+                    }
                 }
             }
         }
