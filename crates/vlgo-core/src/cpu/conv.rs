@@ -11,6 +11,12 @@
 //! stages have 4 x 4 maps, and a product per image would repack the weight for 16 columns).
 //! The weight gradient sums over images in a fixed number of chunks, added in chunk order, so
 //! results do not depend on the number of threads.
+//!
+//! Two kinds of convolution take other paths, where they measured faster: 3 x 3 "same"
+//! convolutions on maps of 7 x 7 and up ([`conv_grid`]: no column buffer, the nine kernel
+//! offsets summed in registers over a zero-bordered layout) and convolutions with 2 x 2 outputs
+//! ([`conv_positions`]: one product per output position over the whole batch, on the kernel
+//! offsets inside the image only).
 
 use std::mem::MaybeUninit;
 
@@ -676,10 +682,10 @@ mod tests {
         }
     }
 
-    /// The tests above reach the grid path only if the shape takes it, in more than one group
-    /// and with a partial last group.
+    /// The tests above reach the grid path (in more than one group, the last partial) and the
+    /// per-position path only if their shapes take them.
     #[test]
-    fn the_grid_shape_takes_the_grid_path_in_several_groups() {
+    fn the_test_shapes_take_the_grid_and_the_per_position_paths() {
         let s = grid_shape();
         assert!(conv_grid::applies(&s));
         assert!(!conv_grid::applies(&ConvShape {
