@@ -603,8 +603,9 @@ mod tests {
             .collect()
     }
 
-    fn shapes() -> Vec<ConvShape> {
-        let base = ConvShape {
+    /// A 3 x 3 "same" convolution of 3 images, 2 channels in and 3 out, 7 x 6.
+    fn base() -> ConvShape {
+        ConvShape {
             batch: 3,
             channels_in: 2,
             channels_out: 3,
@@ -614,7 +615,11 @@ mod tests {
             stride: [1, 1],
             padding: [1, 1],
             dilation: [1, 1],
-        };
+        }
+    }
+
+    fn shapes() -> Vec<ConvShape> {
+        let base = base();
         vec![
             base,
             ConvShape {
@@ -673,12 +678,8 @@ mod tests {
             batch: 18,
             channels_in: 8,
             channels_out: 9,
-            height: 7,
             width: 8,
-            kernel: [3, 3],
-            stride: [1, 1],
-            padding: [1, 1],
-            dilation: [1, 1],
+            ..base()
         }
     }
 

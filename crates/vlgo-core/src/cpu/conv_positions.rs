@@ -158,8 +158,8 @@ struct Part {
     dx: Vec<f32>,
 }
 
-/// The adjoints of the input (when `want_input`) and of the weight (when `want_weight`) given
-/// the adjoint `grad` [N, C_out, Ho, Wo] of the output.
+/// What [`super::conv::backward`] computes (the adjoints wanted of the input and of the
+/// weight, from the output's adjoint `grad`), by the products per position.
 pub(crate) fn backward(
     s: &ConvShape,
     x: &[f32],
