@@ -656,7 +656,16 @@ mod tests {
             },
             // The grid path (`conv_grid`): several groups of images, the last partial.
             grid_shape(),
-            // The per-position path (`conv_positions`): a 2 x 2 output map, a stride-2 2 x 2 one.
+            // The per-position path (`conv_positions`): a 2 x 2 output map, a stride-2 2 x 2
+            // one, and one whose positions but the last see only padding.
+            ConvShape {
+                batch: 64,
+                height: 2,
+                width: 2,
+                kernel: [1, 1],
+                stride: [2, 2],
+                ..base
+            },
             ConvShape {
                 batch: 70,
                 height: 2,
@@ -697,7 +706,7 @@ mod tests {
             stride: [2, 2],
             ..s
         }));
-        for s in &shapes()[shapes().len() - 2..] {
+        for s in &shapes()[shapes().len() - 3..] {
             assert!(conv_positions::applies(s), "{s:?}");
         }
         let g = Grid::group(&s);

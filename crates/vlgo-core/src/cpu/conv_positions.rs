@@ -87,6 +87,10 @@ fn operands(
     let (n, ci, co) = (s.batch, s.channels_in, s.channels_out);
     let (k, hw) = (s.kernel[0] * s.kernel[1], s.height * s.width);
     let kp = ci * taps.len();
+    if kp == 0 {
+        // A position that sees only padding: no operands (its output is zero).
+        return (Vec::new(), Vec::new());
+    }
     let mut wp = vec![0.0f32; co * kp];
     for (o, row) in wp.chunks_exact_mut(kp).enumerate() {
         for c in 0..ci {
@@ -118,6 +122,9 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32]) -> Vec<f32> {
             let taps = taps(s, p);
             let (wp, xp) = operands(s, weight, Some(&xt), &taps);
             let mut out = vec![0.0f32; co * n];
+            if taps.is_empty() {
+                return out;
+            }
             // SAFETY: wp is [co, kp], xp [kp, n], out [co, n].
             unsafe {
                 product(
@@ -181,7 +188,7 @@ pub(crate) fn backward(
             let (wp, xp) = operands(s, weight, xt.as_deref(), &taps);
             let dy = View::rows(&gt[p0 * n..], p * n);
             let mut dw = Vec::new();
-            if want_weight {
+            if want_weight && kp > 0 {
                 dw = vec![0.0f32; co * kp];
                 // SAFETY: dy is [co, n] with row stride P n, xp [kp, n] read transposed,
                 // dw [co, kp].
@@ -198,7 +205,7 @@ pub(crate) fn backward(
                 };
             }
             let mut dx = Vec::new();
-            if want_input {
+            if want_input && kp > 0 {
                 dx = vec![0.0f32; kp * n];
                 // SAFETY: wp is [co, kp] read transposed, dy [co, n], dx [kp, n].
                 unsafe {
@@ -218,7 +225,8 @@ pub(crate) fn backward(
         .collect();
     let dw = want_weight.then(|| {
         let mut dw = vec![0.0f32; co * ci * k];
-        for Part { taps, dw: part, .. } in &parts {
+        // Positions that see only padding add nothing (their parts are empty).
+        for Part { taps, dw: part, .. } in parts.iter().filter(|part| !part.taps.is_empty()) {
             let kp = ci * taps.len();
             for (o, row) in part.chunks_exact(kp).enumerate() {
                 for c in 0..ci {
