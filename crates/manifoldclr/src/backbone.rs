@@ -12,10 +12,10 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Initializer, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use vlgo_core::layers::{LayerBackend, conv2d_module, global_avg_pool, max_pool2d_module};
+use vlgo_core::layers::{LayerBackend, conv2d_module, global_avg_pool};
 
 use crate::error::ClrError;
-use crate::norm::{StatsSum, batch_norm};
+use crate::norm::{StatsSum, batch_norm, batch_norm_relu};
 
 // `#[derive(Config)]` expands to code that names `Result` unqualified.
 type ClrResult<T> = crate::error::Result<T>;
@@ -70,9 +70,7 @@ impl<B: Backend> BasicBlock<B> {
             Some((conv, bn)) => batch_norm(bn, conv2d_module(conv, x.clone()), stats)?,
             None => x.clone(),
         };
-        let out = self
-            .relu
-            .forward(batch_norm(&self.bn1, conv2d_module(&self.conv1, x), stats)?);
+        let out = batch_norm_relu(&self.bn1, conv2d_module(&self.conv1, x), stats, None)?;
         Ok(self
             .relu
             .forward(batch_norm(&self.bn2, conv2d_module(&self.conv2, out), stats)? + identity))
@@ -167,6 +165,8 @@ pub struct ResNet18<B: Backend> {
     /// Kept so that records keep their fields; the forward pools with
     /// [`global_avg_pool`], which every backend runs.
     pool: AdaptiveAvgPool2d,
+    /// Kept so that records keep their fields; the stem's ReLU (and pooling) runs fused with
+    /// its batch norm ([`batch_norm_relu`]).
     relu: Relu,
     in_channels: usize,
     features: usize,
@@ -213,14 +213,12 @@ impl<B: Backend> ResNet18<B> {
                 format!("[batch, {}, height >= 1, width >= 1]", self.in_channels),
             ));
         }
-        let mut x = self.relu.forward(batch_norm(
+        let mut x = batch_norm_relu(
             &self.stem_bn,
             conv2d_module(&self.stem, images),
             stats,
-        )?);
-        if let Some(pool) = &self.max_pool {
-            x = max_pool2d_module(pool, x);
-        }
+            self.max_pool.as_ref(),
+        )?;
         for block in &self.blocks {
             x = block.forward(x, stats)?;
         }

@@ -7,8 +7,12 @@
 //! (`vlgo_core::layers::batch_norm_module`): this device's own batch, or the running averages.
 
 use burn::nn::BatchNorm;
+use burn::nn::pool::MaxPool2d;
 use burn::prelude::*;
-use vlgo_core::layers::{LayerBackend, batch_norm_module, update_running_stats};
+use vlgo_core::layers::{
+    LayerBackend, batch_norm_module, batch_norm_relu_module, max_pool2d_module,
+    update_running_stats,
+};
 
 use crate::error::{ClrError, Result};
 
@@ -66,14 +70,8 @@ pub fn batch_norm<B: LayerBackend, const D: usize>(
     stats: Option<&dyn StatsSum<B>>,
 ) -> Result<Tensor<B, D>> {
     let dims = x.dims();
-    let channels = bn.gamma.dims()[0];
-    if D < 2 || dims[1] != channels {
-        return Err(ClrError::invalid(
-            "batch-norm input",
-            format!("{dims:?}"),
-            format!("[batch, {channels}, ...]"),
-        ));
-    }
+    check_channels(bn, &dims)?;
+    let channels = dims[1];
     let stats = match stats {
         Some(s) if B::ad_enabled(&x.device()) => s,
         _ => return Ok(batch_norm_module(bn, x)),
@@ -94,6 +92,55 @@ pub fn batch_norm<B: LayerBackend, const D: usize>(
     let mut moved = dims;
     moved.swap(0, 1);
     Ok(y.reshape(moved).swap_dims(0, 1))
+}
+
+/// An error unless `dims` is [batch, channels of `bn`, ...].
+fn check_channels<B: Backend>(bn: &BatchNorm<B>, dims: &[usize]) -> Result<()> {
+    let channels = bn.gamma.dims()[0];
+    if dims.len() < 2 || dims[1] != channels {
+        return Err(ClrError::invalid(
+            "batch-norm input",
+            format!("{dims:?}"),
+            format!("[batch, {channels}, ...]"),
+        ));
+    }
+    Ok(())
+}
+
+/// [`batch_norm`], ReLU, then `pool` when given: with `stats` in training, the synchronised
+/// form followed by the two layers; otherwise the layer kernels' fused layer
+/// (`vlgo_core::layers::batch_norm_relu_module`), which computes the same from this device's
+/// batch without writing the intermediate activations.
+///
+/// ```
+/// use burn::backend::{Autodiff, NdArray};
+/// use burn::nn::BatchNormConfig;
+/// use burn::prelude::*;
+/// use manifoldclr::norm::{OwnStats, batch_norm_relu};
+///
+/// type B = Autodiff<NdArray>;
+/// let device = Default::default();
+/// let bn = BatchNormConfig::new(2).init::<B>(&device);
+/// let x = Tensor::<B, 4>::from_floats([[[[1.0]], [[10.0]]], [[[3.0]], [[30.0]]]], &device);
+/// let synchronised = batch_norm_relu(&bn, x.clone(), Some(&OwnStats), None).unwrap();
+/// let fused = batch_norm_relu(&bn, x, None, None).unwrap();
+/// assert!(synchronised.sub(fused).abs().max().into_scalar() < 1e-5);
+/// ```
+pub fn batch_norm_relu<B: LayerBackend>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    stats: Option<&dyn StatsSum<B>>,
+    pool: Option<&MaxPool2d>,
+) -> Result<Tensor<B, 4>> {
+    check_channels(bn, &x.dims())?;
+    if stats.is_none() || !B::ad_enabled(&x.device()) {
+        return Ok(batch_norm_relu_module(bn, x, pool));
+    }
+    let y = burn::tensor::activation::relu(batch_norm(bn, x, stats)?);
+    Ok(match pool {
+        Some(pool) => max_pool2d_module(pool, y),
+        None => y,
+    })
 }
 
 #[cfg(test)]

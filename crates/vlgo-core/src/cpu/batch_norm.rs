@@ -13,6 +13,7 @@
 use rayon::prelude::*;
 
 use super::gemm::written;
+use super::pool::PoolShape;
 
 /// Layout of a batch-norm input: [batch, channels, size].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,19 +28,20 @@ impl NormShape {
         (self.batch * self.size) as f64
     }
 
-    /// Per channel, the K sums over the batch and the spatial size of `f(c, a, b)` over
+    /// Per channel c, the K sums over the batch and the spatial size of `f(c)(a, b)` over
     /// matching entries a of `first` and b of `second` (blocks of one image and channel): each
-    /// block in f32 lanes (vectorised), blocks added in f64.
-    fn channel_sums<const K: usize>(
+    /// block in f32 lanes (vectorised), blocks added in f64. `f(c)` takes the channel's
+    /// constants out of the slices once: indexed per entry, they kept the loops scalar.
+    fn channel_sums<const K: usize, F: Fn(f32, f32) -> [f32; K]>(
         &self,
         first: &[f32],
         second: &[f32],
-        f: impl Fn(usize, f32, f32) -> [f32; K] + Sync,
+        f: impl Fn(usize) -> F + Sync,
     ) -> Vec<[f64; K]> {
         (0..self.channels)
             .into_par_iter()
             .map(|c| {
-                let f = |a, b| f(c, a, b);
+                let f = f(c);
                 (0..self.batch).fold([0.0; K], |mut sums, n| {
                     let start = (n * self.channels + c) * self.size;
                     let a = &first[start..start + self.size];
@@ -81,12 +83,15 @@ fn block_sums<const K: usize>(a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> [f3
 pub(crate) fn statistics(s: &NormShape, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let count = s.count();
     let mean: Vec<f32> = s
-        .channel_sums(x, x, |_, v, _| [v])
+        .channel_sums(x, x, |_| |v, _| [v])
         .iter()
         .map(|[v]| (v / count) as f32)
         .collect();
     let var = s
-        .channel_sums(x, x, |c, v, _| [(v - mean[c]) * (v - mean[c])])
+        .channel_sums(x, x, |c| {
+            let m = mean[c];
+            move |v, _| [(v - m) * (v - m)]
+        })
         .iter()
         .map(|[v]| (v / count) as f32)
         .collect();
@@ -95,6 +100,17 @@ pub(crate) fn statistics(s: &NormShape, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
 
 /// y = scale[c] x + shift[c] for every entry of channel c.
 pub(crate) fn affine(s: &NormShape, x: &[f32], scale: &[f32], shift: &[f32]) -> Vec<f32> {
+    channel_map(s, x, scale, shift, |x, a, b| a * x + b)
+}
+
+/// y = f(x, scale[c], shift[c]) for every entry x of channel c.
+fn channel_map(
+    s: &NormShape,
+    x: &[f32],
+    scale: &[f32],
+    shift: &[f32],
+    f: impl Fn(f32, f32, f32) -> f32 + Sync,
+) -> Vec<f32> {
     let image = s.channels * s.size;
     if image == 0 {
         return vec![0.0; x.len()];
@@ -111,13 +127,13 @@ pub(crate) fn affine(s: &NormShape, x: &[f32], scale: &[f32], shift: &[f32]) -> 
             y.par_chunks_mut(image)
                 .zip(x.par_chunks(image))
                 .for_each(|(y, x)| {
-                    for ((y, x), (a, b)) in y
+                    for ((y, x), (&a, &b)) in y
                         .chunks_mut(s.size)
                         .zip(x.chunks(s.size))
                         .zip(scale.iter().zip(shift))
                     {
-                        for (y, x) in y.iter_mut().zip(x) {
-                            y.write(a * x + b);
+                        for (y, &x) in y.iter_mut().zip(x) {
+                            y.write(f(x, a, b));
                         }
                     }
                 })
@@ -171,29 +187,75 @@ pub(crate) fn backward(
     epsilon: f64,
     grad: &[f32],
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let inv_std: Vec<f64> = var
-        .iter()
-        .map(|&v| 1.0 / (v as f64 + epsilon).sqrt())
-        .collect();
-    // sum dy and sum dy xhat = inv_std sum dy (x - mean), in one pass.
-    let sums = s.channel_sums(grad, x, |c, g, v| [g, g * (v - mean[c])]);
-    let sum_dy: Vec<f64> = sums.iter().map(|s| s[0]).collect();
-    let sum_dy_xhat: Vec<f64> = sums.iter().zip(&inv_std).map(|(s, r)| s[1] * r).collect();
-    // dx = k (dy - sum_dy / m - xhat sum_dy_xhat / m) with k = gamma inv_std, written as
-    // a dy + b x + d per channel.
-    let m = s.count();
-    let (mut a, mut b, mut d) = (Vec::new(), Vec::new(), Vec::new());
-    for c in 0..s.channels {
-        let k = gamma[c] as f64 * inv_std[c];
-        let bc = -k * inv_std[c] * sum_dy_xhat[c] / m;
-        a.push(k as f32);
-        b.push(bc as f32);
-        d.push((-k * sum_dy[c] / m - bc * mean[c] as f64) as f32);
+    // sum dy and sum dy (x - mean), in one pass.
+    let sums = s.channel_sums(grad, x, |c| {
+        let m = mean[c];
+        move |g, v| [g, g * (v - m)]
+    });
+    let k = Adjoint::new(s, gamma, mean, var, epsilon, &sums);
+    let dx = k.input(s, x, grad, |_| |g, _| g);
+    (dx, k.dgamma, k.dbeta)
+}
+
+/// The adjoint of the normalisation given the per-channel sums of dy and dy (x - mean): the
+/// input's as `a dy + b x + d` per channel, gamma's and beta's.
+struct Adjoint {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    d: Vec<f32>,
+    dgamma: Vec<f32>,
+    dbeta: Vec<f32>,
+}
+
+impl Adjoint {
+    fn new(
+        s: &NormShape,
+        gamma: &[f32],
+        mean: &[f32],
+        var: &[f32],
+        epsilon: f64,
+        sums: &[[f64; 2]],
+    ) -> Self {
+        let inv_std: Vec<f64> = var
+            .iter()
+            .map(|&v| 1.0 / (v as f64 + epsilon).sqrt())
+            .collect();
+        // sum dy xhat = inv_std sum dy (x - mean).
+        let sum_dy: Vec<f64> = sums.iter().map(|s| s[0]).collect();
+        let sum_dy_xhat: Vec<f64> = sums.iter().zip(&inv_std).map(|(s, r)| s[1] * r).collect();
+        // dx = k (dy - sum_dy / m - xhat sum_dy_xhat / m) with k = gamma inv_std, written as
+        // a dy + b x + d per channel.
+        let m = s.count();
+        let (mut a, mut b, mut d) = (Vec::new(), Vec::new(), Vec::new());
+        for c in 0..s.channels {
+            let k = gamma[c] as f64 * inv_std[c];
+            let bc = -k * inv_std[c] * sum_dy_xhat[c] / m;
+            a.push(k as f32);
+            b.push(bc as f32);
+            d.push((-k * sum_dy[c] / m - bc * mean[c] as f64) as f32);
+        }
+        Self {
+            a,
+            b,
+            d,
+            dgamma: sum_dy_xhat.iter().map(|&v| v as f32).collect(),
+            dbeta: sum_dy.iter().map(|&v| v as f32).collect(),
+        }
     }
-    let image = s.channels * s.size;
-    let dx = if image == 0 {
-        vec![0.0; x.len()]
-    } else {
+
+    /// dx = a dy + b x + d, where dy = `dy(c)(g, x)` from the matching entries of `grad` and
+    /// `x` in channel c.
+    fn input<D: Fn(f32, f32) -> f32>(
+        &self,
+        s: &NormShape,
+        x: &[f32],
+        grad: &[f32],
+        dy: impl Fn(usize) -> D + Sync,
+    ) -> Vec<f32> {
+        let image = s.channels * s.size;
+        if image == 0 {
+            return vec![0.0; x.len()];
+        }
         // `written` needs every entry written: whole images and an adjoint for each.
         assert!(
             x.len() == s.batch * image && grad.len() == x.len(),
@@ -205,25 +267,156 @@ pub(crate) fn backward(
             written(x.len(), |dx| {
                 dx.par_chunks_mut(image)
                     .zip(x.par_chunks(image).zip(grad.par_chunks(image)))
-                    .for_each(|(dx, (x, dy))| {
-                        for (c, ((dx, x), dy)) in dx
+                    .for_each(|(dx, (x, g))| {
+                        for (c, ((dx, x), g)) in dx
                             .chunks_mut(s.size)
                             .zip(x.chunks(s.size))
-                            .zip(dy.chunks(s.size))
+                            .zip(g.chunks(s.size))
                             .enumerate()
                         {
-                            let (a, b, d) = (a[c], b[c], d[c]);
-                            for ((dx, x), dy) in dx.iter_mut().zip(x).zip(dy) {
-                                dx.write(a * dy + b * x + d);
+                            let (a, b, d) = (self.a[c], self.b[c], self.d[c]);
+                            let dy = dy(c);
+                            for ((dx, &x), &g) in dx.iter_mut().zip(x).zip(g) {
+                                dx.write(a * dy(g, x) + b * x + d);
                             }
                         }
                     })
             })
         }
+    }
+}
+
+/// Batch norm followed by ReLU, and by a max pooling when `pool` is given (its batch, channels
+/// and plane those of `s`), in one pass after the statistics: neither the normalised nor the
+/// rectified activation is written out. Returns (y, mean, biased variance); y is
+/// `max(scale x + shift, 0)` (pooled), the same arithmetic as [`affine`] followed by a ReLU
+/// and [`pool::forward`], so the results are those of the three layers to the bit.
+pub(crate) fn relu_forward(
+    s: &NormShape,
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    epsilon: f64,
+    pool: Option<&PoolShape>,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (mean, var) = statistics(s, x);
+    let (scale, shift) = scale_shift(&mean, &var, gamma, beta, epsilon);
+    let rectified = |x: f32, a: f32, b: f32| (a * x + b).max(0.0);
+    let y = match pool {
+        None => channel_map(s, x, &scale, &shift, rectified),
+        Some(ps) => {
+            let mut y = vec![0.0f32; s.batch * s.channels * ps.plane_out()];
+            if s.size > 0 && !y.is_empty() {
+                let columns = ps.columns();
+                y.par_chunks_mut(ps.plane_out())
+                    .zip(x.par_chunks(s.size))
+                    .enumerate()
+                    .for_each_init(
+                        || vec![0.0f32; s.size],
+                        |z, (p, (y, x))| {
+                            let (a, b) = (scale[p % s.channels], shift[p % s.channels]);
+                            for (z, &x) in z.iter_mut().zip(x) {
+                                *z = rectified(x, a, b);
+                            }
+                            ps.argmax(z, &columns, |o, i| y[o] = z[i]);
+                        },
+                    );
+            }
+            y
+        }
     };
-    let dgamma = sum_dy_xhat.iter().map(|&v| v as f32).collect();
-    let dbeta = sum_dy.iter().map(|&v| v as f32).collect();
-    (dx, dgamma, dbeta)
+    (y, mean, var)
+}
+
+/// The adjoints (x, gamma, beta) of [`relu_forward`] given its output's adjoint `grad` (pooled
+/// when `pool` is given), the saved statistics, gamma and beta. The rectified activation is
+/// recomputed from x with the forward's arithmetic, so the ReLU's mask and the pooling's
+/// argmax are the forward's; the results equal those of the three layers' adjoints to the bit.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn relu_backward(
+    s: &NormShape,
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    epsilon: f64,
+    pool: Option<&PoolShape>,
+    grad: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (scale, shift) = scale_shift(mean, var, gamma, beta, epsilon);
+    // The forward's ReLU output max(scale x + shift, 0) is positive exactly where
+    // scale x + shift is: dy through the ReLU.
+    let masked = |c: usize| {
+        let (a, b) = (scale[c], shift[c]);
+        move |g: f32, v: f32| if a * v + b > 0.0 { g } else { 0.0 }
+    };
+    let Some(ps) = pool else {
+        // The ReLU's mask recomputed in both passes: nothing but x and dy is read.
+        let sums = s.channel_sums(grad, x, |c| {
+            let (m, masked) = (mean[c], masked(c));
+            move |g, v| {
+                let g = masked(g, v);
+                [g, g * (v - m)]
+            }
+        });
+        let k = Adjoint::new(s, gamma, mean, var, epsilon, &sums);
+        let dx = k.input(s, x, grad, masked);
+        return (dx, k.dgamma, k.dbeta);
+    };
+    // The pooling's adjoint costs an argmax per window: computed once per plane, kept in dx's
+    // buffer, and overwritten there by dx.
+    let mut dx = vec![0.0f32; x.len()];
+    if s.size == 0 || grad.is_empty() {
+        let k = Adjoint::new(s, gamma, mean, var, epsilon, &vec![[0.0; 2]; s.channels]);
+        return (dx, k.dgamma, k.dbeta);
+    }
+    let columns = ps.columns();
+    let planes: Vec<[f64; 2]> = dx
+        .par_chunks_mut(s.size)
+        .zip(x.par_chunks(s.size).zip(grad.par_chunks(ps.plane_out())))
+        .enumerate()
+        .map_init(
+            || vec![0.0f32; s.size],
+            |z, (p, (dy, (x, grad)))| {
+                let c = p % s.channels;
+                let (a, b) = (scale[c], shift[c]);
+                for (z, &x) in z.iter_mut().zip(x) {
+                    *z = (a * x + b).max(0.0);
+                }
+                ps.argmax(z, &columns, |o, i| dy[i] += grad[o]);
+                // The ReLU's adjoint as Burn's: through where its output is positive.
+                for (dy, &z) in dy.iter_mut().zip(z.iter()) {
+                    *dy = if z > 0.0 { *dy } else { 0.0 };
+                }
+                let m = mean[c];
+                block_sums(dy, x, &|g, v| [g, g * (v - m)])
+            },
+        )
+        .collect();
+    // Per channel, the planes' sums added in image order, as `channel_sums` adds them.
+    let sums: Vec<[f64; 2]> = (0..s.channels)
+        .map(|c| {
+            (0..s.batch).fold([0.0; 2], |mut sums, n| {
+                for (t, v) in sums.iter_mut().zip(planes[n * s.channels + c]) {
+                    *t += v;
+                }
+                sums
+            })
+        })
+        .collect();
+    let k = Adjoint::new(s, gamma, mean, var, epsilon, &sums);
+    dx.par_chunks_mut(s.size)
+        .zip(x.par_chunks(s.size))
+        .enumerate()
+        .for_each(|(p, (dx, x))| {
+            let c = p % s.channels;
+            let (a, b, d) = (k.a[c], k.b[c], k.d[c]);
+            for (dx, &x) in dx.iter_mut().zip(x) {
+                *dx = a * *dx + b * x + d;
+            }
+        });
+    (dx, k.dgamma, k.dbeta)
 }
 
 #[cfg(test)]
@@ -298,6 +491,78 @@ mod tests {
                 loss(&x, &gamma, &bm),
                 "dbeta",
             );
+        }
+    }
+
+    /// The fused layer against batch norm, ReLU and max pooling run one after the other by
+    /// their own kernels, to the bit: values, and the adjoints of x, gamma and beta (negative
+    /// gamma, entries on both sides of zero, ties in the pooling windows).
+    #[test]
+    fn fused_relu_and_pooling_equal_the_layers_in_turn() {
+        let s = NormShape {
+            batch: 3,
+            channels: 4,
+            size: 7 * 6,
+        };
+        let pools = [
+            None,
+            Some(PoolShape {
+                batch: 3,
+                channels: 4,
+                height: 7,
+                width: 6,
+                kernel: [3, 3],
+                stride: [2, 2],
+                padding: [1, 1],
+            }),
+            Some(PoolShape {
+                batch: 3,
+                channels: 4,
+                height: 7,
+                width: 6,
+                kernel: [2, 3],
+                stride: [1, 2],
+                padding: [0, 1],
+            }),
+        ];
+        // Steps of 1/250 repeat within a window: ties.
+        let x = values(s.batch * s.channels * s.size, 5);
+        let gamma = [1.3f32, -0.7, 0.4, 2.0];
+        let beta = [0.2f32, 0.5, -0.3, 0.0];
+        let relu = |v: &[f32]| v.iter().map(|v| v.max(0.0)).collect::<Vec<f32>>();
+        for pool in pools {
+            let (y, mean, var) = relu_forward(&s, &x, &gamma, &beta, 1e-5, pool.as_ref());
+            let (normalised, mean_0, var_0) = forward_train(&s, &x, &gamma, &beta, 1e-5);
+            let rectified = relu(&normalised);
+            let want = match &pool {
+                Some(ps) => crate::cpu::pool::forward(ps, &rectified),
+                None => rectified.clone(),
+            };
+            assert_eq!((&y, &mean, &var), (&want, &mean_0, &var_0), "{pool:?}");
+            let grad = values(y.len(), 6);
+            let adjoints = relu_backward(
+                &s,
+                &x,
+                &gamma,
+                &beta,
+                &mean,
+                &var,
+                1e-5,
+                pool.as_ref(),
+                &grad,
+            );
+            let dz = match &pool {
+                Some(ps) => crate::cpu::pool::backward(ps, &rectified, &grad),
+                None => grad.clone(),
+            };
+            let dz: Vec<f32> = dz
+                .iter()
+                .zip(&rectified)
+                .map(|(&g, &z)| if z > 0.0 { g } else { 0.0 })
+                .collect();
+            assert!(dz.iter().any(|&g| g == 0.0) && dz.iter().any(|&g| g != 0.0));
+            let want = backward(&s, &x, &gamma, &mean, &var, 1e-5, &dz);
+            assert_eq!(adjoints, want, "{pool:?}");
         }
     }
 

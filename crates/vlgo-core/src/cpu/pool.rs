@@ -37,15 +37,15 @@ impl PoolShape {
         Some([dim(self.height, 0)?, dim(self.width, 1)?])
     }
 
-    fn out(&self) -> [usize; 2] {
+    pub(crate) fn out(&self) -> [usize; 2] {
         self.output().expect("checked by the caller")
     }
 
-    fn plane_in(&self) -> usize {
+    pub(crate) fn plane_in(&self) -> usize {
         self.height * self.width
     }
 
-    fn plane_out(&self) -> usize {
+    pub(crate) fn plane_out(&self) -> usize {
         let [ho, wo] = self.out();
         ho * wo
     }
@@ -61,13 +61,13 @@ impl PoolShape {
     }
 
     /// Every output column's window of input columns, shared by all planes.
-    fn columns(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn columns(&self) -> Vec<(usize, usize)> {
         (0..self.out()[1]).map(|ow| self.window(1, ow)).collect()
     }
 
     /// Per output of one plane, the plane offset of its window's largest entry (`columns`
     /// from [`columns`](Self::columns)).
-    fn argmax(
+    pub(crate) fn argmax(
         &self,
         plane: &[f32],
         columns: &[(usize, usize)],

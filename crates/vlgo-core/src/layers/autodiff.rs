@@ -61,6 +61,34 @@ impl<B: LayerKernels> Backward<B, 3> for BatchNormBackward {
 }
 
 #[derive(Debug)]
+struct BatchNormReluBackward;
+
+/// What the fused batch-norm, ReLU (and pooling) node keeps: x, gamma and beta, the batch
+/// statistics, epsilon and the pooling; the rectified activation is recomputed from them.
+type BatchNormReluState<B> = (
+    FloatTensor<B>,
+    [FloatTensor<B>; 2],
+    [FloatTensor<B>; 2],
+    f64,
+    Option<PoolGeometry>,
+);
+
+impl<B: LayerKernels> Backward<B, 3> for BatchNormReluBackward {
+    type State = BatchNormReluState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, affine, stats, epsilon, pool) = ops.state;
+        let adjoints = B::batch_norm_relu_backward(x, affine, stats, epsilon, pool, grad);
+        for (node, adjoint) in ops.parents.into_iter().zip(adjoints) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, adjoint);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
 struct BatchedLinearBackward;
 
 /// What the batched linear node keeps: x, the weight, the output and the slope.
@@ -164,6 +192,46 @@ impl<B: LayerKernels, C: CheckpointStrategy> LayerKernels for Autodiff<B, C> {
             OpsKind::Tracked(prep) => {
                 prep.finish((x.primitive, gamma.primitive, [mean, var], epsilon), y)
             }
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        };
+        let [mean, var] = stats;
+        [y, mean, var]
+    }
+
+    fn batch_norm_relu_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+    ) -> [FloatTensor<Self>; 3] {
+        let prep = BatchNormReluBackward
+            .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
+            .compute_bound()
+            .stateful();
+        let [y, mean, var] = B::batch_norm_relu_train(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive.clone(),
+            epsilon,
+            pool,
+        );
+        // The statistics leave the graph: they only feed the running averages.
+        let stats = [
+            Self::from_inner(mean.clone()),
+            Self::from_inner(var.clone()),
+        ];
+        let y = match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    x.primitive,
+                    [gamma.primitive, beta.primitive],
+                    [mean, var],
+                    epsilon,
+                    pool,
+                ),
+                y,
+            ),
             OpsKind::UnTracked(prep) => prep.finish(y),
         };
         let [mean, var] = stats;

@@ -56,6 +56,33 @@ pub(crate) trait LayerKernels: Backend {
         tensor_ops::batch_norm_backward::<Self>(x, gamma, stats, epsilon, grad)
     }
 
+    /// Training-mode batch norm of x [N, C, H, W] with the batch's statistics, then ReLU, then
+    /// a max pooling when `pool` is given: the output, the per-channel mean and the biased
+    /// variance (both `[C]`).
+    fn batch_norm_relu_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+    ) -> [FloatTensor<Self>; 3] {
+        tensor_ops::batch_norm_relu_train::<Self>(x, gamma, beta, epsilon, pool)
+    }
+
+    /// The adjoints of x, gamma and beta of
+    /// [`batch_norm_relu_train`](Self::batch_norm_relu_train) given the output's adjoint and
+    /// the statistics it returned.
+    fn batch_norm_relu_backward(
+        x: FloatTensor<Self>,
+        [gamma, beta]: [FloatTensor<Self>; 2],
+        stats: [FloatTensor<Self>; 2],
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        tensor_ops::batch_norm_relu_backward::<Self>(x, [gamma, beta], stats, epsilon, pool, grad)
+    }
+
     /// act(x w + b) for S batched layers, x [S, N, K], w [S, K, M] and b [S, 1, M], as
     /// [S, N, M]; act is LeakyReLU with `negative_slope` when given, the identity otherwise.
     fn batched_linear(
@@ -349,6 +376,60 @@ pub(super) mod tensor_ops {
         [unwrap(dx), unwrap(dgamma), unwrap(dbeta)]
     }
 
+    /// [N, C, H, W] as [N, C, H W].
+    fn planes<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+        use burn::tensor::TensorMetadata;
+        let [n, c, h, w] = x.shape().dims::<4>();
+        B::float_reshape(x, [n, c, h * w].into())
+    }
+
+    pub fn batch_norm_relu_train<B: Backend>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+    ) -> [FloatTensor<B>; 3] {
+        use burn::tensor::TensorMetadata;
+        let shape = x.shape();
+        let [y, mean, var] = batch_norm_train::<B>(planes::<B>(x), gamma, beta, epsilon);
+        let y = B::relu(B::float_reshape(y, shape));
+        let y = match pool {
+            Some([kernel, stride, padding]) => {
+                B::max_pool2d(y, kernel, stride, padding, [1, 1], false)
+            }
+            None => y,
+        };
+        [y, mean, var]
+    }
+
+    /// The rectified activation recomputed from x, the pooling's and the ReLU's adjoints
+    /// through it, then batch norm's.
+    pub fn batch_norm_relu_backward<B: Backend>(
+        x: FloatTensor<B>,
+        [gamma, beta]: [FloatTensor<B>; 2],
+        [mean, var]: [FloatTensor<B>; 2],
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3] {
+        use burn::tensor::TensorMetadata;
+        let shape = x.shape();
+        let scale = wrap::<B, 1>(gamma.clone())
+            * wrap::<B, 1>(var.clone()).add_scalar(epsilon).sqrt().recip();
+        let shift = wrap::<B, 1>(beta) - wrap::<B, 1>(mean.clone()) * scale.clone();
+        let normalised = channel_affine::<B>(planes::<B>(x.clone()), unwrap(scale), unwrap(shift));
+        let rectified = B::relu(B::float_reshape(normalised, shape));
+        let grad = match pool {
+            Some(pool) => max_pool_backward::<B>(rectified.clone(), grad, pool),
+            None => grad,
+        };
+        let grad = planes::<B>(B::relu_backward(rectified, grad));
+        let [dx, dgamma, dbeta] =
+            batch_norm_backward::<B>(planes::<B>(x.clone()), gamma, [mean, var], epsilon, grad);
+        [B::float_reshape(dx, x.shape()), dgamma, dbeta]
+    }
+
     pub fn channel_affine<B: Backend>(
         x: FloatTensor<B>,
         scale: FloatTensor<B>,
@@ -626,6 +707,111 @@ mod kernels {
         ]
     }
 
+    /// x [N, C, H, W] as [N, C, H W] with every per-channel tensor of length C, all f32, and
+    /// the pooling when given one the kernel takes.
+    fn norm_relu_shape<B: Backend>(
+        x: &FloatTensor<B>,
+        per_channel: &[&FloatTensor<B>],
+        pool: Option<PoolGeometry>,
+    ) -> Option<(NormShape, Option<PoolShape>)> {
+        let xs = x.shape();
+        let fits = xs.num_dims() == 4
+            && f32s::<B>(&[x])
+            && f32s::<B>(per_channel)
+            && per_channel
+                .iter()
+                .all(|t| t.shape().num_dims() == 1 && t.shape()[0] == xs[1]);
+        if !fits {
+            return None;
+        }
+        let norm = NormShape {
+            batch: xs[0],
+            channels: xs[1],
+            size: xs[2] * xs[3],
+        };
+        match pool {
+            Some(geometry) => Some((norm, Some(pool_shape::<B>(x, &geometry)?))),
+            None => Some((norm, None)),
+        }
+    }
+
+    pub fn batch_norm_relu_train<B: Host>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+    ) -> [FloatTensor<B>; 3] {
+        let Some((s, ps)) = norm_relu_shape::<B>(&x, &[&gamma, &beta], pool) else {
+            return tensor_ops::batch_norm_relu_train::<B>(x, gamma, beta, epsilon, pool);
+        };
+        let (y, mean, var) = bn::relu_forward(
+            &s,
+            &B::read(&x),
+            &B::read(&gamma),
+            &B::read(&beta),
+            epsilon,
+            ps.as_ref(),
+        );
+        let dims = x.shape().dims::<4>();
+        let dims = match ps {
+            Some(ps) => {
+                let [ho, wo] = ps.out();
+                [dims[0], dims[1], ho, wo]
+            }
+            None => dims,
+        };
+        [
+            B::make(y, &dims),
+            B::make(mean, &[s.channels]),
+            B::make(var, &[s.channels]),
+        ]
+    }
+
+    pub fn batch_norm_relu_backward<B: Host>(
+        x: FloatTensor<B>,
+        [gamma, beta]: [FloatTensor<B>; 2],
+        [mean, var]: [FloatTensor<B>; 2],
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3] {
+        let shape =
+            norm_relu_shape::<B>(&x, &[&gamma, &beta, &mean, &var], pool).filter(|(s, ps)| {
+                let out = match ps {
+                    Some(ps) => s.batch * s.channels * ps.plane_out(),
+                    None => s.batch * s.channels * s.size,
+                };
+                f32s::<B>(&[&grad]) && grad.shape().num_elements() == out
+            });
+        let Some((s, ps)) = shape else {
+            return tensor_ops::batch_norm_relu_backward::<B>(
+                x,
+                [gamma, beta],
+                [mean, var],
+                epsilon,
+                pool,
+                grad,
+            );
+        };
+        let (dx, dgamma, dbeta) = bn::relu_backward(
+            &s,
+            &B::read(&x),
+            &B::read(&gamma),
+            &B::read(&beta),
+            &B::read(&mean),
+            &B::read(&var),
+            epsilon,
+            ps.as_ref(),
+            &B::read(&grad),
+        );
+        [
+            B::make(dx, &x.shape().dims::<4>()),
+            B::make(dgamma, &[s.channels]),
+            B::make(dbeta, &[s.channels]),
+        ]
+    }
+
     pub fn max_pool<B: Host>(x: FloatTensor<B>, geometry: PoolGeometry) -> FloatTensor<B> {
         let Some(s) = pool_shape::<B>(&x, &geometry) else {
             let [kernel, stride, padding] = geometry;
@@ -712,6 +898,26 @@ macro_rules! kernel_methods {
             shift: FloatTensor<Self>,
         ) -> FloatTensor<Self> {
             kernels::channel_affine::<Self>(x, scale, shift)
+        }
+        fn batch_norm_relu_train(
+            x: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+            beta: FloatTensor<Self>,
+            epsilon: f64,
+            pool: Option<PoolGeometry>,
+        ) -> [FloatTensor<Self>; 3] {
+            kernels::batch_norm_relu_train::<Self>(x, gamma, beta, epsilon, pool)
+        }
+
+        fn batch_norm_relu_backward(
+            x: FloatTensor<Self>,
+            affine: [FloatTensor<Self>; 2],
+            stats: [FloatTensor<Self>; 2],
+            epsilon: f64,
+            pool: Option<PoolGeometry>,
+            grad: FloatTensor<Self>,
+        ) -> [FloatTensor<Self>; 3] {
+            kernels::batch_norm_relu_backward::<Self>(x, affine, stats, epsilon, pool, grad)
         }
 
         fn max_pool(x: FloatTensor<Self>, pool: PoolGeometry) -> FloatTensor<Self> {

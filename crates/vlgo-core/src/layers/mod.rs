@@ -212,14 +212,72 @@ fn symmetric_padding(padding: &PaddingConfig2d) -> Option<[usize; 2]> {
 /// assert!(y.sub(pool.forward(x)).abs().max().into_scalar() == 0.0);
 /// ```
 pub fn max_pool2d_module<B: LayerBackend>(pool: &MaxPool2d, x: Tensor<B, 4>) -> Tensor<B, 4> {
-    match symmetric_padding(&pool.padding) {
-        Some(padding) if pool.dilation == [1, 1] && !pool.ceil_mode => wrap(B::max_pool(
-            unwrap(x),
-            pool.kernel_size,
-            pool.stride,
-            padding,
-        )),
-        _ => pool.forward(x),
+    match kernel_pool(pool) {
+        Some([kernel, stride, padding]) => wrap(B::max_pool(unwrap(x), kernel, stride, padding)),
+        None => pool.forward(x),
+    }
+}
+
+/// The kernel size, stride and padding of a pooling the kernels take: dilation 1 in floor mode
+/// with `Valid` or symmetric `Explicit` padding.
+fn kernel_pool(pool: &MaxPool2d) -> Option<[[usize; 2]; 3]> {
+    let padding = symmetric_padding(&pool.padding)?;
+    (pool.dilation == [1, 1] && !pool.ceil_mode).then_some([pool.kernel_size, pool.stride, padding])
+}
+
+/// `relu(bn.forward(x))`, then `pool` when given, as one layer: what a ResNet's stem and the
+/// first half of each block compute. In training (autodiff on) it is one autodiff node whose
+/// forward writes neither the normalised nor the rectified activation (on the shipped CPU
+/// backends: the batch's statistics, then one pass that normalises, rectifies and pools) and
+/// whose backward recomputes them from `x`; the running averages are updated as
+/// [`batch_norm_module`] updates them. Values and gradients are those of the three layers
+/// ([`batch_norm_module`], ReLU, [`max_pool2d_module`]) applied in turn; a pooling the kernels
+/// do not take (see [`max_pool2d_module`]) is applied after the fused layer by its own
+/// forward.
+///
+/// ```
+/// use burn::backend::{Autodiff, NdArray};
+/// use burn::nn::BatchNormConfig;
+/// use burn::nn::pool::MaxPool2dConfig;
+/// use burn::prelude::*;
+/// use burn::tensor::Distribution;
+/// use vlgo_core::layers::{batch_norm_module, batch_norm_relu_module, max_pool2d_module};
+///
+/// type B = Autodiff<NdArray>;
+/// let device = Default::default();
+/// let bn = BatchNormConfig::new(3).init::<B>(&device);
+/// let pool = MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init();
+/// let x = Tensor::<B, 4>::random([2, 3, 4, 4], Distribution::Default, &device);
+/// let fused = batch_norm_relu_module(&bn, x.clone(), Some(&pool));
+/// let apart = max_pool2d_module(&pool, burn::tensor::activation::relu(batch_norm_module(&bn, x)));
+/// assert_eq!(fused.dims(), [2, 3, 2, 2]);
+/// assert!(fused.sub(apart).abs().max().into_scalar() < 1e-6);
+/// ```
+pub fn batch_norm_relu_module<B: LayerBackend>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    pool: Option<&MaxPool2d>,
+) -> Tensor<B, 4> {
+    if !B::ad_enabled(&x.device()) {
+        let y = burn::tensor::activation::relu(batch_norm_module(bn, x));
+        return match pool {
+            Some(pool) => max_pool2d_module(pool, y),
+            None => y,
+        };
+    }
+    let geometry = pool.and_then(kernel_pool);
+    let [y, mean, var] = B::batch_norm_relu_train(
+        unwrap(x),
+        unwrap(bn.gamma.val()),
+        unwrap(bn.beta.val()),
+        bn.epsilon,
+        geometry,
+    );
+    update_running_stats(bn, wrap(mean), wrap(var));
+    let y = wrap(y);
+    match pool {
+        Some(pool) if geometry.is_none() => pool.forward(y),
+        _ => y,
     }
 }
 

@@ -40,6 +40,17 @@ pub trait LayerBackend: Backend {
         epsilon: f64,
     ) -> [FloatTensor<Self>; 3];
 
+    /// Training-mode batch norm of x [N, C, H, W] with the batch's statistics, then ReLU, then
+    /// a max pooling (kernel size, stride, symmetric padding; dilation 1, floor mode) when
+    /// `pool` is given: the output, the per-channel mean and the biased variance (both `[C]`).
+    fn batch_norm_relu_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+        pool: Option<[[usize; 2]; 3]>,
+    ) -> [FloatTensor<Self>; 3];
+
     /// act(x w + b) for S batched layers, x [S, N, K], w [S, K, M] and b [S, 1, M], as
     /// [S, N, M]; act is LeakyReLU with `negative_slope` when given, the identity otherwise.
     fn batched_linear(
@@ -104,6 +115,22 @@ impl<B: Backend> LayerBackend for B {
             dispatch::batch_norm_train,
             (x, gamma, beta, epsilon),
             |(x, gamma, beta, epsilon)| tensor_ops::batch_norm_train::<B>(x, gamma, beta, epsilon),
+        )
+    }
+
+    fn batch_norm_relu_train(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+        pool: Option<PoolGeometry>,
+    ) -> [FloatTensor<B>; 3] {
+        route::<B, _, _>(
+            dispatch::batch_norm_relu_train,
+            (x, gamma, beta, epsilon, pool),
+            |(x, gamma, beta, epsilon, pool)| {
+                tensor_ops::batch_norm_relu_train::<B>(x, gamma, beta, epsilon, pool)
+            },
         )
     }
 
@@ -193,6 +220,21 @@ mod dispatch {
         dispatch_shipped!(id, K => {
             let (x, gamma, beta, epsilon) = take::<Ternary<K, f64>>(args);
             <K as LayerKernels>::batch_norm_train(x, gamma, beta, epsilon)
+        });
+        None
+    }
+
+    pub fn batch_norm_relu_train(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        type Args<K> = (
+            FloatTensor<K>,
+            FloatTensor<K>,
+            FloatTensor<K>,
+            f64,
+            Option<PoolGeometry>,
+        );
+        dispatch_shipped!(id, K => {
+            let (x, gamma, beta, epsilon, pool) = take::<Args<K>>(args);
+            <K as LayerKernels>::batch_norm_relu_train(x, gamma, beta, epsilon, pool)
         });
         None
     }

@@ -9,7 +9,9 @@ use burn::nn::{BatchNormConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::ops::ConvOptions;
-use vlgo_core::layers::{batch_norm_module, conv2d, conv2d_module, max_pool2d_module};
+use vlgo_core::layers::{
+    batch_norm_module, batch_norm_relu_module, conv2d, conv2d_module, max_pool2d_module,
+};
 
 use crate::common::AD;
 
@@ -385,6 +387,107 @@ fn batch_norm_matches_burn_in_both_modes() {
                 b.reshape([dims[0], dims[1], 1, 1]),
             )
         };
+        assert!(
+            max_diff(e0.clone(), e1) <= tol(max_abs(e0)),
+            "{case}: evaluation mode"
+        );
+    }
+}
+
+/// The fused batch norm + ReLU (+ max pooling) against Burn's three layers in turn: output,
+/// the gradients of x, gamma and beta, the running averages, and evaluation mode; with no
+/// pooling, a pooling the kernels take and one they leave to Burn (ceil mode).
+#[test]
+fn fused_batch_norm_relu_and_pooling_match_burns_layers() {
+    let device = Default::default();
+    let candle = <AD as Backend>::name(&device).contains("candle");
+    let pools = [
+        None,
+        Some(
+            MaxPool2dConfig::new([3, 3])
+                .with_strides([2, 2])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(),
+        ),
+        Some(
+            MaxPool2dConfig::new([2, 2])
+                .with_strides([2, 2])
+                .with_ceil_mode(true)
+                .init(),
+        ),
+    ];
+    let dims = [5, 3, 7, 6];
+    let x = Tensor::<AD, 4>::random(dims, Distribution::Normal(0.5, 2.0), &device);
+    let gamma = Tensor::<AD, 1>::from_floats([1.2, -0.8, 0.5], &device);
+    let beta = Tensor::<AD, 1>::from_floats([0.3, 0.1, -0.4], &device);
+    for pool in &pools {
+        // Candle's pooling takes no padding and has no gradient.
+        if candle && pool.is_some() {
+            continue;
+        }
+        let bn = burn::nn::BatchNorm {
+            gamma: burn::module::Param::from_tensor(gamma.clone()),
+            beta: burn::module::Param::from_tensor(beta.clone()),
+            ..BatchNormConfig::new(3)
+                .with_momentum(0.3)
+                .init::<AD>(&device)
+        };
+        let run = |ours: bool, bn: &burn::nn::BatchNorm<AD>| {
+            let x = x.clone().detach().require_grad();
+            let y = if ours {
+                batch_norm_relu_module(bn, x.clone(), pool.as_ref())
+            } else {
+                let y = burn::tensor::activation::relu(bn.forward(x.clone()));
+                match pool {
+                    Some(pool) => pool.forward(y),
+                    None => y,
+                }
+            };
+            let grads = (y.clone() * y.clone().sin()).sum().backward();
+            let dgamma = bn.gamma.grad(&grads).unwrap();
+            let dbeta = bn.beta.grad(&grads).unwrap();
+            (y.inner(), x.grad(&grads).unwrap(), dgamma, dbeta)
+        };
+        let (theirs, ours) = (bn.clone(), bn.clone());
+        let (y0, dx0, dg0, db0) = run(false, &theirs);
+        let (y1, dx1, dg1, db1) = run(true, &ours);
+        let tol = |t: f32| 1e-4 * (1.0 + t);
+        let case = format!("{pool:?}");
+        assert_eq!(y0.dims(), y1.dims(), "{case}");
+        assert!(
+            max_diff(y0.clone(), y1) <= tol(max_abs(y0)),
+            "{case}: output"
+        );
+        assert!(
+            max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)),
+            "{case}: dx"
+        );
+        assert!(
+            max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)),
+            "{case}: dgamma"
+        );
+        assert!(
+            max_diff(db0.clone(), db1) <= tol(max_abs(db0)),
+            "{case}: dbeta"
+        );
+        let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
+        let ((m0, v0), (m1, v1)) = (stat(&theirs), stat(&ours));
+        assert!(
+            max_diff(m0.clone(), m1) <= tol(max_abs(m0)),
+            "{case}: running mean"
+        );
+        assert!(
+            max_diff(v0.clone(), v1) <= tol(max_abs(v0)),
+            "{case}: running var"
+        );
+        let (theirs, ours) = (theirs.valid(), ours.valid());
+        let x = x.clone().inner();
+        let e0 = burn::tensor::activation::relu(theirs.forward(x.clone()));
+        let e0 = match pool {
+            Some(pool) => pool.forward(e0),
+            None => e0,
+        };
+        let e1 = batch_norm_relu_module(&ours, x, pool.as_ref());
         assert!(
             max_diff(e0.clone(), e1) <= tol(max_abs(e0)),
             "{case}: evaluation mode"
