@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use super::conv_grid::{self, Grid};
 use super::conv_positions;
-use super::gemm::{View, product, product_into, written};
+use super::gemm::{View, as_uninit, product, product_into, written};
 use super::simd::{GRAM_LANES, fold_lanes};
 
 /// Columns a product should have at least: groups of images are formed to reach it.
@@ -376,11 +376,8 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
     };
     if conv_positions::applies(s) {
         let mut out = conv_positions::forward(s, x, weight);
-        // SAFETY: every entry is written; viewed as MaybeUninit, written initialised values only.
-        let view = unsafe {
-            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<MaybeUninit<f32>>(), out.len())
-        };
-        add_bias(s, view, bias);
+        // SAFETY: `add_bias` writes initialised values only.
+        add_bias(s, unsafe { as_uninit(&mut out) }, bias);
         return out;
     }
     if conv_grid::applies(s) {
@@ -786,6 +783,9 @@ mod tests {
             let dy = values(s.batch * s.image_out(), 5);
             let (dx, dw) = backward(&s, &x, &w, &dy, true, true);
             let (dx, dw) = (dx.unwrap(), dw.unwrap());
+            // Each adjoint alone is the one computed with the other.
+            assert_eq!(backward(&s, &x, &w, &dy, true, false), (Some(dx.clone()), None));
+            assert_eq!(backward(&s, &x, &w, &dy, false, true), (None, Some(dw.clone())));
             let dot =
                 |a: &[f32], b: &[f64]| -> f64 { a.iter().zip(b).map(|(a, b)| *a as f64 * b).sum() };
             let x2 = values(x.len(), 6);

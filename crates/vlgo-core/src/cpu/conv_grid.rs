@@ -26,6 +26,7 @@
 use std::mem::MaybeUninit;
 
 use super::conv::ConvShape;
+use super::gemm::as_uninit;
 #[cfg(doc)]
 use super::simd::fold_lanes;
 use super::simd::{SHIFT_ALIGN, shifted_gram, shifted_product};
@@ -124,14 +125,25 @@ impl Grid {
             self.plane(),
             self.margin(),
         );
-        buf.clear();
+        // Every entry is written below (the pixels copied, the rest zeroed), so the buffer
+        // keeps its old contents rather than being zeroed first.
         buf.resize(channels * self.len(), 0.0);
-        for (i, image) in src.chunks_exact(channels * h * w).enumerate() {
-            for (c, src_plane) in image.chunks_exact(h * w).enumerate() {
-                let start = c * self.len() + margin + i * plane;
-                let dst = &mut buf[start..start + h * row];
-                for (d, s) in dst.chunks_exact_mut(row).zip(src_plane.chunks_exact(w)) {
+        let images = src.len() / (channels * h * w).max(1);
+        for (c, dst) in buf.chunks_exact_mut(self.len()).enumerate() {
+            let (head, rest) = dst.split_at_mut(margin);
+            head.fill(0.0);
+            let (body, tail) = rest.split_at_mut(images * plane);
+            tail.fill(0.0);
+            for (i, image) in body.chunks_exact_mut(plane).enumerate() {
+                let start = (i * channels + c) * h * w;
+                let (rows, zero_row) = image.split_at_mut(h * row);
+                zero_row.fill(0.0);
+                for (d, s) in rows
+                    .chunks_exact_mut(row)
+                    .zip(src[start..start + h * w].chunks_exact(w))
+                {
                     d[..w].copy_from_slice(s);
+                    d[w] = 0.0;
                 }
             }
         }
@@ -239,10 +251,7 @@ pub(crate) fn backward_group(
             cols,
             &shifts,
         );
-        // SAFETY: a &mut [f32] viewed as MaybeUninit is written with initialised values only.
-        let dx = unsafe {
-            std::slice::from_raw_parts_mut(dx.as_mut_ptr().cast::<MaybeUninit<f32>>(), dx.len())
-        };
-        grid.gather(&scratch.out, ci, dx);
+        // SAFETY: `gather` writes initialised values only.
+        grid.gather(&scratch.out, ci, unsafe { as_uninit(dx) });
     }
 }

@@ -76,11 +76,11 @@ fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     dst
 }
 
-/// One position's operands: the weights at its valid offsets, [C_out, C_in x taps], and (when
-/// `xt` is given) the inputs there, [C_in x taps, N], rows in (channel, tap) order.
+/// One position's operands, each when its source is given: the weights at its valid offsets,
+/// [C_out, C_in x taps], and the inputs there, [C_in x taps, N], rows in (channel, tap) order.
 fn operands(
     s: &ConvShape,
-    weight: &[f32],
+    weight: Option<&[f32]>,
     xt: Option<&[f32]>,
     taps: &[(usize, usize)],
 ) -> (Vec<f32>, Vec<f32>) {
@@ -91,14 +91,17 @@ fn operands(
         // A position that sees only padding: no operands (its output is zero).
         return (Vec::new(), Vec::new());
     }
-    let mut wp = vec![0.0f32; co * kp];
-    for (o, row) in wp.chunks_exact_mut(kp).enumerate() {
-        for c in 0..ci {
-            for (j, &(t, _)) in taps.iter().enumerate() {
-                row[c * taps.len() + j] = weight[(o * ci + c) * k + t];
+    let wp = weight.map_or_else(Vec::new, |weight| {
+        let mut wp = vec![0.0f32; co * kp];
+        for (o, row) in wp.chunks_exact_mut(kp).enumerate() {
+            for c in 0..ci {
+                for (j, &(t, _)) in taps.iter().enumerate() {
+                    row[c * taps.len() + j] = weight[(o * ci + c) * k + t];
+                }
             }
         }
-    }
+        wp
+    });
     let xp = xt.map_or_else(Vec::new, |xt| {
         let mut xp = vec![0.0f32; kp * n];
         for (r, row) in xp.chunks_exact_mut(n).enumerate() {
@@ -120,7 +123,7 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32]) -> Vec<f32> {
         .into_par_iter()
         .map(|p| {
             let taps = taps(s, p);
-            let (wp, xp) = operands(s, weight, Some(&xt), &taps);
+            let (wp, xp) = operands(s, Some(weight), Some(&xt), &taps);
             let mut out = vec![0.0f32; co * n];
             if taps.is_empty() {
                 return out;
@@ -185,7 +188,7 @@ pub(crate) fn backward(
         .map(|p0| {
             let taps = taps(s, p0);
             let kp = ci * taps.len();
-            let (wp, xp) = operands(s, weight, xt.as_deref(), &taps);
+            let (wp, xp) = operands(s, want_input.then_some(weight), xt.as_deref(), &taps);
             let dy = View::rows(&gt[p0 * n..], p * n);
             let mut dw = Vec::new();
             if want_weight && kp > 0 {

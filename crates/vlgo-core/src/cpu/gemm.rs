@@ -78,6 +78,17 @@ pub(crate) unsafe fn product_into(
     unsafe { raw(dims, dst.as_mut_ptr().cast(), ld, false, lhs, rhs, parallel) }
 }
 
+/// An initialised buffer viewed as one to be written, for the kernels that write through
+/// `MaybeUninit` views.
+///
+/// # Safety
+/// Only initialised values may be written through the view (never `MaybeUninit::uninit()`):
+/// `buf` is read as `f32` afterwards.
+pub(crate) unsafe fn as_uninit(buf: &mut [f32]) -> &mut [MaybeUninit<f32>] {
+    // SAFETY: f32 and MaybeUninit<f32> share their layout; the caller writes values only.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len()) }
+}
+
 /// A buffer of `len` floats filled by `fill`, without zeroing it first (the kernels' outputs
 /// are megabytes, rewritten at every step).
 ///
