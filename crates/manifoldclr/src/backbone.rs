@@ -15,7 +15,7 @@ use burn::prelude::*;
 use vlgo_core::layers::{LayerBackend, conv2d_module, global_avg_pool};
 
 use crate::error::ClrError;
-use crate::norm::{StatsSum, batch_norm, batch_norm_relu};
+use crate::norm::{StatsSum, batch_norm, batch_norm_add_relu, batch_norm_relu};
 
 // `#[derive(Config)]` expands to code that names `Result` unqualified.
 type ClrResult<T> = crate::error::Result<T>;
@@ -41,6 +41,8 @@ pub struct BasicBlock<B: Backend> {
     conv2: Conv2d<B>,
     bn2: BatchNorm<B>,
     shortcut: Option<(Conv2d<B>, BatchNorm<B>)>,
+    /// Kept so that records keep their fields; both ReLUs run fused with the batch norms
+    /// before them ([`batch_norm_relu`], [`batch_norm_add_relu`]).
     relu: Relu,
 }
 
@@ -71,9 +73,7 @@ impl<B: Backend> BasicBlock<B> {
             None => x.clone(),
         };
         let out = batch_norm_relu(&self.bn1, conv2d_module(&self.conv1, x), stats, None)?;
-        Ok(self
-            .relu
-            .forward(batch_norm(&self.bn2, conv2d_module(&self.conv2, out), stats)? + identity))
+        batch_norm_add_relu(&self.bn2, conv2d_module(&self.conv2, out), identity, stats)
     }
 }
 

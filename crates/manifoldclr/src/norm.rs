@@ -10,8 +10,8 @@ use burn::nn::BatchNorm;
 use burn::nn::pool::MaxPool2d;
 use burn::prelude::*;
 use vlgo_core::layers::{
-    LayerBackend, batch_norm_module, batch_norm_relu_module, max_pool2d_module,
-    update_running_stats,
+    LayerBackend, batch_norm_add_relu_module, batch_norm_module, batch_norm_relu_module,
+    max_pool2d_module, update_running_stats,
 };
 
 use crate::error::{ClrError, Result};
@@ -141,6 +141,48 @@ pub fn batch_norm_relu<B: LayerBackend>(
         Some(pool) => max_pool2d_module(pool, y),
         None => y,
     })
+}
+
+/// `relu(batch_norm(bn, x, stats) + residual)`, the second half of a ResNet block: with
+/// `stats` in training, the synchronised form followed by the sum and the ReLU; otherwise the
+/// layer kernels' fused layer (`vlgo_core::layers::batch_norm_add_relu_module`). `residual`
+/// must have x's shape.
+///
+/// ```
+/// use burn::backend::{Autodiff, NdArray};
+/// use burn::nn::BatchNormConfig;
+/// use burn::prelude::*;
+/// use manifoldclr::norm::{OwnStats, batch_norm_add_relu};
+///
+/// type B = Autodiff<NdArray>;
+/// let device = Default::default();
+/// let bn = BatchNormConfig::new(2).init::<B>(&device);
+/// let x = Tensor::<B, 4>::from_floats([[[[1.0]], [[10.0]]], [[[3.0]], [[30.0]]]], &device);
+/// let r = Tensor::<B, 4>::from_floats([[[[0.5]], [[-2.0]]], [[[0.1]], [[0.3]]]], &device);
+/// let synchronised = batch_norm_add_relu(&bn, x.clone(), r.clone(), Some(&OwnStats)).unwrap();
+/// let fused = batch_norm_add_relu(&bn, x, r, None).unwrap();
+/// assert!(synchronised.sub(fused).abs().max().into_scalar() < 1e-5);
+/// ```
+pub fn batch_norm_add_relu<B: LayerBackend>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    residual: Tensor<B, 4>,
+    stats: Option<&dyn StatsSum<B>>,
+) -> Result<Tensor<B, 4>> {
+    check_channels(bn, &x.dims())?;
+    if residual.dims() != x.dims() {
+        return Err(ClrError::invalid(
+            "residual",
+            format!("{:?}", residual.dims()),
+            format!("the batch-norm input's shape {:?}", x.dims()),
+        ));
+    }
+    if stats.is_none() || !B::ad_enabled(&x.device()) {
+        return Ok(batch_norm_add_relu_module(bn, x, residual));
+    }
+    Ok(burn::tensor::activation::relu(
+        batch_norm(bn, x, stats)? + residual,
+    ))
 }
 
 #[cfg(test)]

@@ -9,6 +9,12 @@
 //!
 //! The backward's two per-channel sums are taken in one pass: at the activations' sizes of a
 //! training batch the reductions wait on memory.
+//!
+//! The fused layers (`relu_forward` / `relu_backward`: batch norm, ReLU and optionally max
+//! pooling; `add_relu_forward` / `add_relu_backward`: batch norm, a residual sum and ReLU) write
+//! only their output and recompute the intermediate activations from x in the backward, with
+//! the separate layers' arithmetic and order of summation, so their results equal those layers'
+//! to the bit.
 
 use rayon::prelude::*;
 
@@ -48,6 +54,21 @@ impl NormShape {
                     let b = &second[start..start + self.size];
                     for (s, v) in sums.iter_mut().zip(block_sums(a, b, &f)) {
                         *s += v;
+                    }
+                    sums
+                })
+            })
+            .collect()
+    }
+
+    /// Per channel, the sums of its planes (one per image, in [N, C] order) added in image
+    /// order, as [`channel_sums`](Self::channel_sums) adds them.
+    fn fold_planes(&self, planes: &[[f64; 2]]) -> Vec<[f64; 2]> {
+        (0..self.channels)
+            .map(|c| {
+                (0..self.batch).fold([0.0; 2], |mut sums, n| {
+                    for (t, v) in sums.iter_mut().zip(planes[n * self.channels + c]) {
+                        *t += v;
                     }
                     sums
                 })
@@ -394,18 +415,7 @@ pub(crate) fn relu_backward(
             },
         )
         .collect();
-    // Per channel, the planes' sums added in image order, as `channel_sums` adds them.
-    let sums: Vec<[f64; 2]> = (0..s.channels)
-        .map(|c| {
-            (0..s.batch).fold([0.0; 2], |mut sums, n| {
-                for (t, v) in sums.iter_mut().zip(planes[n * s.channels + c]) {
-                    *t += v;
-                }
-                sums
-            })
-        })
-        .collect();
-    let k = Adjoint::new(s, gamma, mean, var, epsilon, &sums);
+    let k = Adjoint::new(s, gamma, mean, var, epsilon, &s.fold_planes(&planes));
     dx.par_chunks_mut(s.size)
         .zip(x.par_chunks(s.size))
         .enumerate()
@@ -417,6 +427,73 @@ pub(crate) fn relu_backward(
             }
         });
     (dx, k.dgamma, k.dbeta)
+}
+
+/// relu(batch norm of x + residual), x and the residual [N, C, S]: the second half of a
+/// ResNet block in one pass after the statistics. Returns (y, mean, biased variance); the
+/// arithmetic is [`affine`]'s, then the sum, then the ReLU, as when the three layers run in turn.
+pub(crate) fn add_relu_forward(
+    s: &NormShape,
+    x: &[f32],
+    residual: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    epsilon: f64,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (mean, var) = statistics(s, x);
+    let (scale, shift) = scale_shift(&mean, &var, gamma, beta, epsilon);
+    let mut y = vec![0.0f32; x.len()];
+    if s.size > 0 {
+        y.par_chunks_mut(s.size)
+            .zip(x.par_chunks(s.size).zip(residual.par_chunks(s.size)))
+            .enumerate()
+            .for_each(|(p, (y, (x, r)))| {
+                let (a, b) = (scale[p % s.channels], shift[p % s.channels]);
+                for ((y, &x), &r) in y.iter_mut().zip(x).zip(r) {
+                    *y = (a * x + b + r).max(0.0);
+                }
+            });
+    }
+    (y, mean, var)
+}
+
+/// The adjoints (x, gamma, beta, residual) of [`add_relu_forward`] given its output's adjoint.
+/// The ReLU's mask is recomputed from x and the residual with the forward's arithmetic; the
+/// residual's adjoint is the output's through the mask, which is also batch norm's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn add_relu_backward(
+    s: &NormShape,
+    x: &[f32],
+    residual: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    epsilon: f64,
+    grad: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (scale, shift) = scale_shift(mean, var, gamma, beta, epsilon);
+    let mut dr = vec![0.0f32; x.len()];
+    let planes: Vec<[f64; 2]> = if s.size == 0 {
+        vec![[0.0; 2]; s.batch * s.channels]
+    } else {
+        dr.par_chunks_mut(s.size)
+            .zip(x.par_chunks(s.size))
+            .zip(residual.par_chunks(s.size).zip(grad.par_chunks(s.size)))
+            .enumerate()
+            .map(|(p, ((dr, x), (r, g)))| {
+                let c = p % s.channels;
+                let (a, b, m) = (scale[c], shift[c], mean[c]);
+                for (((dr, &x), &r), &g) in dr.iter_mut().zip(x).zip(r).zip(g) {
+                    *dr = if a * x + b + r > 0.0 { g } else { 0.0 };
+                }
+                block_sums(dr, x, &|g, v| [g, g * (v - m)])
+            })
+            .collect()
+    };
+    let k = Adjoint::new(s, gamma, mean, var, epsilon, &s.fold_planes(&planes));
+    let dx = k.input(s, x, &dr, |_| |g, _| g);
+    (dx, k.dgamma, k.dbeta, dr)
 }
 
 #[cfg(test)]
@@ -564,6 +641,41 @@ mod tests {
             let want = backward(&s, &x, &gamma, &mean, &var, 1e-5, &dz);
             assert_eq!(adjoints, want, "{pool:?}");
         }
+    }
+
+    /// The fused second half of a block against batch norm, the residual sum and ReLU in
+    /// turn, to the bit.
+    #[test]
+    fn fused_residual_and_relu_equal_the_layers_in_turn() {
+        let s = NormShape {
+            batch: 3,
+            channels: 4,
+            size: 13,
+        };
+        let x = values(s.batch * s.channels * s.size, 7);
+        let residual = values(x.len(), 8);
+        let gamma = [1.3f32, -0.7, 0.4, 2.0];
+        let beta = [0.2f32, 0.5, -0.3, 0.0];
+        let (y, mean, var) = add_relu_forward(&s, &x, &residual, &gamma, &beta, 1e-5);
+        let (normalised, mean_0, var_0) = forward_train(&s, &x, &gamma, &beta, 1e-5);
+        let want: Vec<f32> = normalised
+            .iter()
+            .zip(&residual)
+            .map(|(t, r)| (t + r).max(0.0))
+            .collect();
+        assert_eq!((&y, &mean, &var), (&want, &mean_0, &var_0));
+        let grad = values(y.len(), 9);
+        let (dx, dgamma, dbeta, dr) =
+            add_relu_backward(&s, &x, &residual, &gamma, &beta, &mean, &var, 1e-5, &grad);
+        let masked: Vec<f32> = grad
+            .iter()
+            .zip(&want)
+            .map(|(&g, &y)| if y > 0.0 { g } else { 0.0 })
+            .collect();
+        assert!(masked.iter().any(|&g| g == 0.0) && masked.iter().any(|&g| g != 0.0));
+        assert_eq!(dr, masked);
+        let want = backward(&s, &x, &gamma, &mean, &var, 1e-5, &masked);
+        assert_eq!((dx, dgamma, dbeta), want);
     }
 
     /// Against the two-pass definition in f64, on channels far from zero (where a sum of

@@ -784,8 +784,14 @@ mod tests {
             let (dx, dw) = backward(&s, &x, &w, &dy, true, true);
             let (dx, dw) = (dx.unwrap(), dw.unwrap());
             // Each adjoint alone is the one computed with the other.
-            assert_eq!(backward(&s, &x, &w, &dy, true, false), (Some(dx.clone()), None));
-            assert_eq!(backward(&s, &x, &w, &dy, false, true), (None, Some(dw.clone())));
+            assert_eq!(
+                backward(&s, &x, &w, &dy, true, false),
+                (Some(dx.clone()), None)
+            );
+            assert_eq!(
+                backward(&s, &x, &w, &dy, false, true),
+                (None, Some(dw.clone()))
+            );
             let dot =
                 |a: &[f32], b: &[f64]| -> f64 { a.iter().zip(b).map(|(a, b)| *a as f64 * b).sum() };
             let x2 = values(x.len(), 6);

@@ -89,6 +89,33 @@ impl<B: LayerKernels> Backward<B, 3> for BatchNormReluBackward {
 }
 
 #[derive(Debug)]
+struct BatchNormAddReluBackward;
+
+/// What the fused relu(batch norm + residual) node keeps: x and the residual, gamma and beta,
+/// the batch statistics and epsilon.
+type BatchNormAddReluState<B> = (
+    [FloatTensor<B>; 2],
+    [FloatTensor<B>; 2],
+    [FloatTensor<B>; 2],
+    f64,
+);
+
+impl<B: LayerKernels> Backward<B, 4> for BatchNormAddReluBackward {
+    type State = BatchNormAddReluState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let (inputs, affine, stats, epsilon) = ops.state;
+        let adjoints = B::batch_norm_add_relu_backward(inputs, affine, stats, epsilon, grad);
+        for (node, adjoint) in ops.parents.into_iter().zip(adjoints) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, adjoint);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
 struct BatchedLinearBackward;
 
 /// What the batched linear node keeps: x, the weight, the output and the slope.
@@ -229,6 +256,51 @@ impl<B: LayerKernels, C: CheckpointStrategy> LayerKernels for Autodiff<B, C> {
                     [mean, var],
                     epsilon,
                     pool,
+                ),
+                y,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        };
+        let [mean, var] = stats;
+        [y, mean, var]
+    }
+
+    fn batch_norm_add_relu_train(
+        x: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> [FloatTensor<Self>; 3] {
+        // Parents in the order of the backward's adjoints: x, gamma, beta, the residual.
+        let prep = BatchNormAddReluBackward
+            .prepare::<C>([
+                x.node.clone(),
+                gamma.node.clone(),
+                beta.node.clone(),
+                residual.node.clone(),
+            ])
+            .compute_bound()
+            .stateful();
+        let [y, mean, var] = B::batch_norm_add_relu_train(
+            x.primitive.clone(),
+            residual.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive.clone(),
+            epsilon,
+        );
+        // The statistics leave the graph: they only feed the running averages.
+        let stats = [
+            Self::from_inner(mean.clone()),
+            Self::from_inner(var.clone()),
+        ];
+        let y = match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    [x.primitive, residual.primitive],
+                    [gamma.primitive, beta.primitive],
+                    [mean, var],
+                    epsilon,
                 ),
                 y,
             ),

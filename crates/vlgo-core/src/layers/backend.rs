@@ -83,6 +83,37 @@ pub(crate) trait LayerKernels: Backend {
         tensor_ops::batch_norm_relu_backward::<Self>(x, [gamma, beta], stats, epsilon, pool, grad)
     }
 
+    /// relu(batch norm of x + residual) in training mode, x and the residual [N, C, H, W]: the
+    /// output, the per-channel mean and the biased variance (both `[C]`).
+    fn batch_norm_add_relu_train(
+        x: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> [FloatTensor<Self>; 3] {
+        tensor_ops::batch_norm_add_relu_train::<Self>(x, residual, gamma, beta, epsilon)
+    }
+
+    /// The adjoints of x, gamma, beta and the residual of
+    /// [`batch_norm_add_relu_train`](Self::batch_norm_add_relu_train) given the output's
+    /// adjoint and the statistics it returned.
+    fn batch_norm_add_relu_backward(
+        [x, residual]: [FloatTensor<Self>; 2],
+        affine: [FloatTensor<Self>; 2],
+        stats: [FloatTensor<Self>; 2],
+        epsilon: f64,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 4] {
+        tensor_ops::batch_norm_add_relu_backward::<Self>(
+            [x, residual],
+            affine,
+            stats,
+            epsilon,
+            grad,
+        )
+    }
+
     /// act(x w + b) for S batched layers, x [S, N, K], w [S, K, M] and b [S, 1, M], as
     /// [S, N, M]; act is LeakyReLU with `negative_slope` when given, the identity otherwise.
     fn batched_linear(
@@ -428,6 +459,50 @@ pub(super) mod tensor_ops {
         let [dx, dgamma, dbeta] =
             batch_norm_backward::<B>(planes::<B>(x.clone()), gamma, [mean, var], epsilon, grad);
         [B::float_reshape(dx, x.shape()), dgamma, dbeta]
+    }
+
+    pub fn batch_norm_add_relu_train<B: Backend>(
+        x: FloatTensor<B>,
+        residual: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+    ) -> [FloatTensor<B>; 3] {
+        use burn::tensor::TensorMetadata;
+        let shape = x.shape();
+        let [y, mean, var] = batch_norm_train::<B>(planes::<B>(x), gamma, beta, epsilon);
+        let y = B::relu(B::float_add(B::float_reshape(y, shape), residual));
+        [y, mean, var]
+    }
+
+    /// The ReLU's input recomputed from x and the residual, its adjoint through the mask (the
+    /// residual's), then batch norm's.
+    pub fn batch_norm_add_relu_backward<B: Backend>(
+        [x, residual]: [FloatTensor<B>; 2],
+        [gamma, beta]: [FloatTensor<B>; 2],
+        [mean, var]: [FloatTensor<B>; 2],
+        epsilon: f64,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 4] {
+        use burn::tensor::TensorMetadata;
+        let shape = x.shape();
+        let scale = wrap::<B, 1>(gamma.clone())
+            * wrap::<B, 1>(var.clone()).add_scalar(epsilon).sqrt().recip();
+        let shift = wrap::<B, 1>(beta) - wrap::<B, 1>(mean.clone()) * scale.clone();
+        let normalised = channel_affine::<B>(planes::<B>(x.clone()), unwrap(scale), unwrap(shift));
+        let rectified = B::relu(B::float_add(
+            B::float_reshape(normalised, shape.clone()),
+            residual,
+        ));
+        let dr = B::relu_backward(rectified, grad);
+        let [dx, dgamma, dbeta] = batch_norm_backward::<B>(
+            planes::<B>(x),
+            gamma,
+            [mean, var],
+            epsilon,
+            planes::<B>(dr.clone()),
+        );
+        [B::float_reshape(dx, shape), dgamma, dbeta, dr]
     }
 
     pub fn channel_affine<B: Backend>(
@@ -812,6 +887,81 @@ mod kernels {
         ]
     }
 
+    /// x and the residual [N, C, H, W] of one shape, as [N, C, H W], with gamma and beta.
+    fn add_relu_shape<B: Backend>(
+        x: &FloatTensor<B>,
+        residual: &FloatTensor<B>,
+        per_channel: &[&FloatTensor<B>],
+    ) -> Option<NormShape> {
+        let same = f32s::<B>(&[residual]) && residual.shape() == x.shape();
+        norm_relu_shape::<B>(x, per_channel, None)
+            .filter(|_| same)
+            .map(|(s, _)| s)
+    }
+
+    pub fn batch_norm_add_relu_train<B: Host>(
+        x: FloatTensor<B>,
+        residual: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+    ) -> [FloatTensor<B>; 3] {
+        let Some(s) = add_relu_shape::<B>(&x, &residual, &[&gamma, &beta]) else {
+            return tensor_ops::batch_norm_add_relu_train::<B>(x, residual, gamma, beta, epsilon);
+        };
+        let (y, mean, var) = bn::add_relu_forward(
+            &s,
+            &B::read(&x),
+            &B::read(&residual),
+            &B::read(&gamma),
+            &B::read(&beta),
+            epsilon,
+        );
+        [
+            B::make(y, &x.shape().dims::<4>()),
+            B::make(mean, &[s.channels]),
+            B::make(var, &[s.channels]),
+        ]
+    }
+
+    pub fn batch_norm_add_relu_backward<B: Host>(
+        [x, residual]: [FloatTensor<B>; 2],
+        [gamma, beta]: [FloatTensor<B>; 2],
+        [mean, var]: [FloatTensor<B>; 2],
+        epsilon: f64,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 4] {
+        let s = add_relu_shape::<B>(&x, &residual, &[&gamma, &beta, &mean, &var])
+            .filter(|_| f32s::<B>(&[&grad]) && grad.shape() == x.shape());
+        let Some(s) = s else {
+            return tensor_ops::batch_norm_add_relu_backward::<B>(
+                [x, residual],
+                [gamma, beta],
+                [mean, var],
+                epsilon,
+                grad,
+            );
+        };
+        let (dx, dgamma, dbeta, dr) = bn::add_relu_backward(
+            &s,
+            &B::read(&x),
+            &B::read(&residual),
+            &B::read(&gamma),
+            &B::read(&beta),
+            &B::read(&mean),
+            &B::read(&var),
+            epsilon,
+            &B::read(&grad),
+        );
+        let dims = x.shape().dims::<4>();
+        [
+            B::make(dx, &dims),
+            B::make(dgamma, &[s.channels]),
+            B::make(dbeta, &[s.channels]),
+            B::make(dr, &dims),
+        ]
+    }
+
     pub fn max_pool<B: Host>(x: FloatTensor<B>, geometry: PoolGeometry) -> FloatTensor<B> {
         let Some(s) = pool_shape::<B>(&x, &geometry) else {
             let [kernel, stride, padding] = geometry;
@@ -918,6 +1068,26 @@ macro_rules! kernel_methods {
             grad: FloatTensor<Self>,
         ) -> [FloatTensor<Self>; 3] {
             kernels::batch_norm_relu_backward::<Self>(x, affine, stats, epsilon, pool, grad)
+        }
+
+        fn batch_norm_add_relu_train(
+            x: FloatTensor<Self>,
+            residual: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+            beta: FloatTensor<Self>,
+            epsilon: f64,
+        ) -> [FloatTensor<Self>; 3] {
+            kernels::batch_norm_add_relu_train::<Self>(x, residual, gamma, beta, epsilon)
+        }
+
+        fn batch_norm_add_relu_backward(
+            inputs: [FloatTensor<Self>; 2],
+            affine: [FloatTensor<Self>; 2],
+            stats: [FloatTensor<Self>; 2],
+            epsilon: f64,
+            grad: FloatTensor<Self>,
+        ) -> [FloatTensor<Self>; 4] {
+            kernels::batch_norm_add_relu_backward::<Self>(inputs, affine, stats, epsilon, grad)
         }
 
         fn max_pool(x: FloatTensor<Self>, pool: PoolGeometry) -> FloatTensor<Self> {

@@ -10,7 +10,10 @@
 //! entry) and `cpu::pool`, each a single autodiff node; everywhere else, and for other dtypes,
 //! they are Burn's own operations. [`conv2d_module`], [`batch_norm_module`] and
 //! [`max_pool2d_module`] apply `burn::nn` modules, so models keep Burn's modules,
-//! initialisation and records. [`batched_linear`] runs S fully connected
+//! initialisation and records. [`batch_norm_relu_module`] is batch norm, ReLU and (optionally)
+//! max pooling as one layer, which writes neither intermediate activation and recomputes them
+//! in its backward; [`batch_norm_add_relu_module`] does the same for the second half of a
+//! ResNet block (batch norm, the residual sum, ReLU). [`batched_linear`] runs S fully connected
 //! layers (with or without LeakyReLU) as one node, and [`FusedAdamW`] takes Burn's AdamW step in
 //! one pass per parameter (`cpu::dense`, `cpu::adamw` on the CPU backends).
 
@@ -343,6 +346,47 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
         let y = B::channel_affine(unwrap(as_channels(x)), unwrap(scale), unwrap(shift));
         wrap::<B, 3>(y).reshape(dims)
     }
+}
+
+/// `relu(bn.forward(x) + residual)`, the second half of a ResNet block, as one layer: in
+/// training one autodiff node (on the shipped CPU backends the batch's statistics, then one pass
+/// for the rest) whose backward recomputes the ReLU's input from `x` and `residual`; the running
+/// averages are updated as [`batch_norm_module`] updates them. Values and gradients are those
+/// of the three operations applied in turn.
+///
+/// ```
+/// use burn::backend::{Autodiff, NdArray};
+/// use burn::nn::BatchNormConfig;
+/// use burn::prelude::*;
+/// use burn::tensor::Distribution;
+/// use vlgo_core::layers::{batch_norm_add_relu_module, batch_norm_module};
+///
+/// type B = Autodiff<NdArray>;
+/// let device = Default::default();
+/// let bn = BatchNormConfig::new(3).init::<B>(&device);
+/// let x = Tensor::<B, 4>::random([2, 3, 4, 4], Distribution::Default, &device);
+/// let r = Tensor::<B, 4>::random([2, 3, 4, 4], Distribution::Default, &device);
+/// let fused = batch_norm_add_relu_module(&bn, x.clone(), r.clone());
+/// let apart = burn::tensor::activation::relu(batch_norm_module(&bn, x) + r);
+/// assert!(fused.sub(apart).abs().max().into_scalar() < 1e-6);
+/// ```
+pub fn batch_norm_add_relu_module<B: LayerBackend>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    residual: Tensor<B, 4>,
+) -> Tensor<B, 4> {
+    if !B::ad_enabled(&x.device()) {
+        return burn::tensor::activation::relu(batch_norm_module(bn, x) + residual);
+    }
+    let [y, mean, var] = B::batch_norm_add_relu_train(
+        unwrap(x),
+        unwrap(residual),
+        unwrap(bn.gamma.val()),
+        unwrap(bn.beta.val()),
+        bn.epsilon,
+    );
+    update_running_stats(bn, wrap(mean), wrap(var));
+    wrap(y)
 }
 
 /// Blends a training batch's per-channel `mean` and biased `var` into `bn`'s running averages

@@ -51,6 +51,16 @@ pub trait LayerBackend: Backend {
         pool: Option<[[usize; 2]; 3]>,
     ) -> [FloatTensor<Self>; 3];
 
+    /// relu(batch norm of x + residual) in training mode with the batch's statistics, x and
+    /// the residual [N, C, H, W]: the output, the per-channel mean and the biased variance.
+    fn batch_norm_add_relu_train(
+        x: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> [FloatTensor<Self>; 3];
+
     /// act(x w + b) for S batched layers, x [S, N, K], w [S, K, M] and b [S, 1, M], as
     /// [S, N, M]; act is LeakyReLU with `negative_slope` when given, the identity otherwise.
     fn batched_linear(
@@ -130,6 +140,22 @@ impl<B: Backend> LayerBackend for B {
             (x, gamma, beta, epsilon, pool),
             |(x, gamma, beta, epsilon, pool)| {
                 tensor_ops::batch_norm_relu_train::<B>(x, gamma, beta, epsilon, pool)
+            },
+        )
+    }
+
+    fn batch_norm_add_relu_train(
+        x: FloatTensor<B>,
+        residual: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+        epsilon: f64,
+    ) -> [FloatTensor<B>; 3] {
+        route::<B, _, _>(
+            dispatch::batch_norm_add_relu_train,
+            (x, residual, gamma, beta, epsilon),
+            |(x, r, gamma, beta, epsilon)| {
+                tensor_ops::batch_norm_add_relu_train::<B>(x, r, gamma, beta, epsilon)
             },
         )
     }
@@ -235,6 +261,21 @@ mod dispatch {
         dispatch_shipped!(id, K => {
             let (x, gamma, beta, epsilon, pool) = take::<Args<K>>(args);
             <K as LayerKernels>::batch_norm_relu_train(x, gamma, beta, epsilon, pool)
+        });
+        None
+    }
+
+    pub fn batch_norm_add_relu_train(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        type Args<K> = (
+            FloatTensor<K>,
+            FloatTensor<K>,
+            FloatTensor<K>,
+            FloatTensor<K>,
+            f64,
+        );
+        dispatch_shipped!(id, K => {
+            let (x, r, gamma, beta, epsilon) = take::<Args<K>>(args);
+            <K as LayerKernels>::batch_norm_add_relu_train(x, r, gamma, beta, epsilon)
         });
         None
     }

@@ -10,7 +10,8 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::ops::ConvOptions;
 use vlgo_core::layers::{
-    batch_norm_module, batch_norm_relu_module, conv2d, conv2d_module, max_pool2d_module,
+    batch_norm_add_relu_module, batch_norm_module, batch_norm_relu_module, conv2d, conv2d_module,
+    max_pool2d_module,
 };
 
 use crate::common::AD;
@@ -493,6 +494,64 @@ fn fused_batch_norm_relu_and_pooling_match_burns_layers() {
             "{case}: evaluation mode"
         );
     }
+}
+
+/// The fused relu(batch norm + residual) against Burn's batch norm, sum and ReLU in turn:
+/// output, the gradients of x, the residual, gamma and beta, the running averages, and
+/// evaluation mode.
+#[test]
+fn fused_batch_norm_residual_and_relu_match_burns_layers() {
+    let device = Default::default();
+    let dims = [5, 3, 4, 6];
+    let x = Tensor::<AD, 4>::random(dims, Distribution::Normal(0.5, 2.0), &device);
+    let r = Tensor::<AD, 4>::random(dims, Distribution::Normal(0.0, 1.0), &device);
+    let bn = burn::nn::BatchNorm {
+        gamma: burn::module::Param::from_tensor(Tensor::from_floats([1.2, -0.8, 0.5], &device)),
+        beta: burn::module::Param::from_tensor(Tensor::from_floats([0.3, 0.1, -0.4], &device)),
+        ..BatchNormConfig::new(3)
+            .with_momentum(0.3)
+            .init::<AD>(&device)
+    };
+    let run = |ours: bool, bn: &burn::nn::BatchNorm<AD>| {
+        let (x, r) = (
+            x.clone().detach().require_grad(),
+            r.clone().detach().require_grad(),
+        );
+        let y = if ours {
+            batch_norm_add_relu_module(bn, x.clone(), r.clone())
+        } else {
+            burn::tensor::activation::relu(bn.forward(x.clone()) + r.clone())
+        };
+        let grads = (y.clone() * y.clone().sin()).sum().backward();
+        let dgamma = bn.gamma.grad(&grads).unwrap();
+        let dbeta = bn.beta.grad(&grads).unwrap();
+        let (dx, dr) = (x.grad(&grads).unwrap(), r.grad(&grads).unwrap());
+        (y.inner(), dx, dr, dgamma, dbeta)
+    };
+    let (theirs, ours) = (bn.clone(), bn.clone());
+    let (y0, dx0, dr0, dg0, db0) = run(false, &theirs);
+    let (y1, dx1, dr1, dg1, db1) = run(true, &ours);
+    let tol = |t: f32| 1e-4 * (1.0 + t);
+    assert!(max_diff(y0.clone(), y1) <= tol(max_abs(y0)), "output");
+    assert!(max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)), "dx");
+    assert!(
+        max_diff(dr0.clone(), dr1) <= tol(max_abs(dr0)),
+        "d residual"
+    );
+    assert!(max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)), "dgamma");
+    assert!(max_diff(db0.clone(), db1) <= tol(max_abs(db0)), "dbeta");
+    let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
+    let ((m0, v0), (m1, v1)) = (stat(&theirs), stat(&ours));
+    assert!(max_diff(m0.clone(), m1) <= tol(max_abs(m0)), "running mean");
+    assert!(max_diff(v0.clone(), v1) <= tol(max_abs(v0)), "running var");
+    let (theirs, ours) = (theirs.valid(), ours.valid());
+    let (x, r) = (x.inner(), r.inner());
+    let e0 = burn::tensor::activation::relu(theirs.forward(x.clone()) + r.clone());
+    let e1 = batch_norm_add_relu_module(&ours, x, r);
+    assert!(
+        max_diff(e0.clone(), e1) <= tol(max_abs(e0)),
+        "evaluation mode"
+    );
 }
 
 #[test]
