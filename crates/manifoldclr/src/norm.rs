@@ -109,8 +109,8 @@ fn check_channels<B: Backend>(bn: &BatchNorm<B>, dims: &[usize]) -> Result<()> {
 
 /// [`batch_norm`], ReLU, then `pool` when given: with `stats` in training, the synchronised
 /// form followed by the two layers; otherwise the layer kernels' fused layer
-/// (`vlgo_core::layers::batch_norm_relu_module`), which computes the same from this device's
-/// batch without writing the intermediate activations.
+/// (`vlgo_core::layers::batch_norm_relu_module`): in training this device's batch statistics
+/// without the intermediate activations written out, in evaluation the running averages.
 ///
 /// ```
 /// use burn::backend::{Autodiff, NdArray};

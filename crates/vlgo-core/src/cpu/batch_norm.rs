@@ -307,6 +307,27 @@ impl Adjoint {
     }
 }
 
+/// Asserts that the fused layers' buffers fit `s`: every one of `inputs` [N, C, S], every one
+/// of `outputs` the layer's output (pooled by `pool` when given, whose images and planes must
+/// be those of `s`). A mismatch would silently truncate the zipped loops.
+fn fits(s: &NormShape, pool: Option<&PoolShape>, inputs: &[&[f32]], outputs: &[&[f32]]) {
+    let planes = s.batch * s.channels;
+    let out = match pool {
+        Some(ps) => {
+            assert!(
+                ps.batch == s.batch && ps.channels == s.channels && ps.plane_in() == s.size,
+                "batch norm: pooling {ps:?} does not fit {s:?}"
+            );
+            planes * ps.plane_out()
+        }
+        None => planes * s.size,
+    };
+    assert!(
+        inputs.iter().all(|b| b.len() == planes * s.size) && outputs.iter().all(|b| b.len() == out),
+        "batch norm: buffers do not fit {s:?}"
+    );
+}
+
 /// Batch norm followed by ReLU, and by a max pooling when `pool` is given (its batch, channels
 /// and plane those of `s`), in one pass after the statistics: neither the normalised nor the
 /// rectified activation is written out. Returns (y, mean, biased variance); y is
@@ -320,6 +341,7 @@ pub(crate) fn relu_forward(
     epsilon: f64,
     pool: Option<&PoolShape>,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    fits(s, pool, &[x], &[]);
     let (mean, var) = statistics(s, x);
     let (scale, shift) = scale_shift(&mean, &var, gamma, beta, epsilon);
     let rectified = |x: f32, a: f32, b: f32| (a * x + b).max(0.0);
@@ -365,6 +387,7 @@ pub(crate) fn relu_backward(
     pool: Option<&PoolShape>,
     grad: &[f32],
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    fits(s, pool, &[x], &[grad]);
     let (scale, shift) = scale_shift(mean, var, gamma, beta, epsilon);
     // The forward's ReLU output max(scale x + shift, 0) is positive exactly where
     // scale x + shift is: dy through the ReLU.
@@ -440,6 +463,7 @@ pub(crate) fn add_relu_forward(
     beta: &[f32],
     epsilon: f64,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    fits(s, None, &[x, residual], &[]);
     let (mean, var) = statistics(s, x);
     let (scale, shift) = scale_shift(&mean, &var, gamma, beta, epsilon);
     let mut y = vec![0.0f32; x.len()];
@@ -472,6 +496,7 @@ pub(crate) fn add_relu_backward(
     epsilon: f64,
     grad: &[f32],
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    fits(s, None, &[x, residual, grad], &[]);
     let (scale, shift) = scale_shift(mean, var, gamma, beta, epsilon);
     let mut dr = vec![0.0f32; x.len()];
     let planes: Vec<[f64; 2]> = if s.size == 0 {
@@ -637,7 +662,7 @@ mod tests {
                 .zip(&rectified)
                 .map(|(&g, &z)| if z > 0.0 { g } else { 0.0 })
                 .collect();
-            assert!(dz.iter().any(|&g| g == 0.0) && dz.iter().any(|&g| g != 0.0));
+            assert!(dz.contains(&0.0) && dz.iter().any(|&g| g != 0.0));
             let want = backward(&s, &x, &gamma, &mean, &var, 1e-5, &dz);
             assert_eq!(adjoints, want, "{pool:?}");
         }
@@ -672,7 +697,7 @@ mod tests {
             .zip(&want)
             .map(|(&g, &y)| if y > 0.0 { g } else { 0.0 })
             .collect();
-        assert!(masked.iter().any(|&g| g == 0.0) && masked.iter().any(|&g| g != 0.0));
+        assert!(masked.contains(&0.0) && masked.iter().any(|&g| g != 0.0));
         assert_eq!(dr, masked);
         let want = backward(&s, &x, &gamma, &mean, &var, 1e-5, &masked);
         assert_eq!((dx, dgamma, dbeta), want);

@@ -128,7 +128,8 @@ impl Grid {
         // Every entry is written below (the pixels copied, the rest zeroed), so the buffer
         // keeps its old contents rather than being zeroed first.
         buf.resize(channels * self.len(), 0.0);
-        let images = src.len() / (channels * h * w).max(1);
+        let images = self.images;
+        debug_assert_eq!(src.len(), images * channels * h * w);
         for (c, dst) in buf.chunks_exact_mut(self.len()).enumerate() {
             let (head, rest) = dst.split_at_mut(margin);
             head.fill(0.0);

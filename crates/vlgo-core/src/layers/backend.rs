@@ -852,12 +852,14 @@ mod kernels {
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 3] {
         let shape =
-            norm_relu_shape::<B>(&x, &[&gamma, &beta, &mean, &var], pool).filter(|(s, ps)| {
-                let out = match ps {
-                    Some(ps) => s.batch * s.channels * ps.plane_out(),
-                    None => s.batch * s.channels * s.size,
-                };
-                f32s::<B>(&[&grad]) && grad.shape().num_elements() == out
+            norm_relu_shape::<B>(&x, &[&gamma, &beta, &mean, &var], pool).filter(|(_, ps)| {
+                // The adjoint of the output exactly: [N, C, Ho, Wo] pooled, x's shape not.
+                let mut out = x.shape().dims::<4>();
+                if let Some(ps) = ps {
+                    [out[2], out[3]] = ps.out();
+                }
+                let g = grad.shape();
+                f32s::<B>(&[&grad]) && g.num_dims() == 4 && g.dims::<4>() == out
             });
         let Some((s, ps)) = shape else {
             return tensor_ops::batch_norm_relu_backward::<B>(

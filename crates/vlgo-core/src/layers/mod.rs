@@ -11,8 +11,8 @@
 //! they are Burn's own operations. [`conv2d_module`], [`batch_norm_module`] and
 //! [`max_pool2d_module`] apply `burn::nn` modules, so models keep Burn's modules,
 //! initialisation and records. [`batch_norm_relu_module`] is batch norm, ReLU and (optionally)
-//! max pooling as one layer, which writes neither intermediate activation and recomputes them
-//! in its backward; [`batch_norm_add_relu_module`] does the same for the second half of a
+//! max pooling as one layer, which on the CPU kernels writes neither intermediate activation
+//! and recomputes them in its backward; [`batch_norm_add_relu_module`] does the same for the second half of a
 //! ResNet block (batch norm, the residual sum, ReLU). [`batched_linear`] runs S fully connected
 //! layers (with or without LeakyReLU) as one node, and [`FusedAdamW`] takes Burn's AdamW step in
 //! one pass per parameter (`cpu::dense`, `cpu::adamw` on the CPU backends).
@@ -354,6 +354,9 @@ pub fn batch_norm_module<B: LayerBackend, const D: usize>(
 /// averages are updated as [`batch_norm_module`] updates them. Values and gradients are those
 /// of the three operations applied in turn.
 ///
+/// # Panics
+/// When `residual`'s shape is not `x`'s (no broadcasting).
+///
 /// ```
 /// use burn::backend::{Autodiff, NdArray};
 /// use burn::nn::BatchNormConfig;
@@ -375,6 +378,11 @@ pub fn batch_norm_add_relu_module<B: LayerBackend>(
     x: Tensor<B, 4>,
     residual: Tensor<B, 4>,
 ) -> Tensor<B, 4> {
+    assert_eq!(
+        residual.dims(),
+        x.dims(),
+        "batch_norm_add_relu_module: the residual must have the input's shape"
+    );
     if !B::ad_enabled(&x.device()) {
         return burn::tensor::activation::relu(batch_norm_module(bn, x) + residual);
     }
