@@ -24,6 +24,28 @@ fn max_abs<BK: Backend, const D: usize>(a: Tensor<BK, D>) -> f32 {
     a.abs().max().into_scalar().elem()
 }
 
+/// Asserts `ours` within 1e-4 of `theirs`, relative to the largest entry of `theirs` plus one.
+fn assert_close<BK: Backend, const D: usize>(
+    theirs: Tensor<BK, D>,
+    ours: Tensor<BK, D>,
+    what: &str,
+) {
+    let tol = 1e-4 * (1.0 + max_abs(theirs.clone()));
+    assert!(max_diff(theirs, ours) <= tol, "{what}");
+}
+
+/// Asserts the running averages of two batch norms close (see [`assert_close`]).
+fn assert_same_running_stats(
+    theirs: &burn::nn::BatchNorm<AD>,
+    ours: &burn::nn::BatchNorm<AD>,
+    case: &str,
+) {
+    let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
+    let ((m0, v0), (m1, v1)) = (stat(theirs), stat(ours));
+    assert_close(m0, m1, &format!("{case}: running mean"));
+    assert_close(v0, v1, &format!("{case}: running var"));
+}
+
 /// Whether the tests run on a CubeCL backend (wgpu, CUDA).
 fn cubecl() -> bool {
     cfg!(any(feature = "test-wgpu", feature = "test-cuda"))
@@ -96,10 +118,7 @@ fn convolution_and_its_gradients_match_burn() {
         let case = format!("x {xd:?} w {wd:?} stride {stride:?} padding {padding:?}");
         assert_eq!(y0.dims(), y1.dims(), "{case}");
         let tol = |t: f32| 1e-5 * (1.0 + t) * 10.0;
-        assert!(
-            max_diff(y0.clone(), y1) <= tol(max_abs(y0)),
-            "{case}: output"
-        );
+        assert_close(y0, y1, &format!("{case}: output"));
         // Where the windows leave gaps (kernel x dilation < stride), Burn's own adjoint of x is
         // wrong on CubeCL backends; `convolution_gradients_match_sums_on_the_host` checks ours.
         let gapped = (0..2).any(|i| wd[2 + i] * dilation[i] < stride[i]);
@@ -107,14 +126,8 @@ fn convolution_and_its_gradients_match_burn() {
             max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)) || (gapped && cubecl()),
             "{case}: dx"
         );
-        assert!(
-            max_diff(dw0.clone(), dw1) <= tol(max_abs(dw0)),
-            "{case}: dw"
-        );
-        assert!(
-            max_diff(db0.clone(), db1) <= tol(max_abs(db0)),
-            "{case}: db"
-        );
+        assert_close(dw0, dw1, &format!("{case}: dw"));
+        assert_close(db0, db1, &format!("{case}: db"));
     }
 }
 
@@ -342,34 +355,12 @@ fn batch_norm_matches_burn_in_both_modes() {
         let (theirs, ours) = (bn.clone(), bn.clone());
         let (y0, dx0, dg0, db0) = run(false, &theirs);
         let (y1, dx1, dg1, db1) = run(true, &ours);
-        let tol = |t: f32| 1e-4 * (1.0 + t);
         let case = format!("{dims:?}");
-        assert!(
-            max_diff(y0.clone(), y1) <= tol(max_abs(y0)),
-            "{case}: output"
-        );
-        assert!(
-            max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)),
-            "{case}: dx"
-        );
-        assert!(
-            max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)),
-            "{case}: dgamma"
-        );
-        assert!(
-            max_diff(db0.clone(), db1) <= tol(max_abs(db0)),
-            "{case}: dbeta"
-        );
-        let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
-        let ((m0, v0), (m1, v1)) = (stat(&theirs), stat(&ours));
-        assert!(
-            max_diff(m0.clone(), m1) <= tol(max_abs(m0)),
-            "{case}: running mean"
-        );
-        assert!(
-            max_diff(v0.clone(), v1) <= tol(max_abs(v0)),
-            "{case}: running var"
-        );
+        assert_close(y0, y1, &format!("{case}: output"));
+        assert_close(dx0, dx1, &format!("{case}: dx"));
+        assert_close(dg0, dg1, &format!("{case}: dgamma"));
+        assert_close(db0, db1, &format!("{case}: dbeta"));
+        assert_same_running_stats(&theirs, &ours, &case);
         // Evaluation mode (no autodiff): the running averages.
         let (theirs, ours) = (theirs.valid(), ours.valid());
         let x = x.inner().reshape([
@@ -388,10 +379,7 @@ fn batch_norm_matches_burn_in_both_modes() {
                 b.reshape([dims[0], dims[1], 1, 1]),
             )
         };
-        assert!(
-            max_diff(e0.clone(), e1) <= tol(max_abs(e0)),
-            "{case}: evaluation mode"
-        );
+        assert_close(e0, e1, &format!("{case}: evaluation mode"));
     }
 }
 
@@ -452,35 +440,13 @@ fn fused_batch_norm_relu_and_pooling_match_burns_layers() {
         let (theirs, ours) = (bn.clone(), bn.clone());
         let (y0, dx0, dg0, db0) = run(false, &theirs);
         let (y1, dx1, dg1, db1) = run(true, &ours);
-        let tol = |t: f32| 1e-4 * (1.0 + t);
         let case = format!("{pool:?}");
         assert_eq!(y0.dims(), y1.dims(), "{case}");
-        assert!(
-            max_diff(y0.clone(), y1) <= tol(max_abs(y0)),
-            "{case}: output"
-        );
-        assert!(
-            max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)),
-            "{case}: dx"
-        );
-        assert!(
-            max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)),
-            "{case}: dgamma"
-        );
-        assert!(
-            max_diff(db0.clone(), db1) <= tol(max_abs(db0)),
-            "{case}: dbeta"
-        );
-        let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
-        let ((m0, v0), (m1, v1)) = (stat(&theirs), stat(&ours));
-        assert!(
-            max_diff(m0.clone(), m1) <= tol(max_abs(m0)),
-            "{case}: running mean"
-        );
-        assert!(
-            max_diff(v0.clone(), v1) <= tol(max_abs(v0)),
-            "{case}: running var"
-        );
+        assert_close(y0, y1, &format!("{case}: output"));
+        assert_close(dx0, dx1, &format!("{case}: dx"));
+        assert_close(dg0, dg1, &format!("{case}: dgamma"));
+        assert_close(db0, db1, &format!("{case}: dbeta"));
+        assert_same_running_stats(&theirs, &ours, &case);
         let (theirs, ours) = (theirs.valid(), ours.valid());
         let x = x.clone().inner();
         let e0 = burn::tensor::activation::relu(theirs.forward(x.clone()));
@@ -489,10 +455,7 @@ fn fused_batch_norm_relu_and_pooling_match_burns_layers() {
             None => e0,
         };
         let e1 = batch_norm_relu_module(&ours, x, pool.as_ref());
-        assert!(
-            max_diff(e0.clone(), e1) <= tol(max_abs(e0)),
-            "{case}: evaluation mode"
-        );
+        assert_close(e0, e1, &format!("{case}: evaluation mode"));
     }
 }
 
@@ -531,27 +494,17 @@ fn fused_batch_norm_residual_and_relu_match_burns_layers() {
     let (theirs, ours) = (bn.clone(), bn.clone());
     let (y0, dx0, dr0, dg0, db0) = run(false, &theirs);
     let (y1, dx1, dr1, dg1, db1) = run(true, &ours);
-    let tol = |t: f32| 1e-4 * (1.0 + t);
-    assert!(max_diff(y0.clone(), y1) <= tol(max_abs(y0)), "output");
-    assert!(max_diff(dx0.clone(), dx1) <= tol(max_abs(dx0)), "dx");
-    assert!(
-        max_diff(dr0.clone(), dr1) <= tol(max_abs(dr0)),
-        "d residual"
-    );
-    assert!(max_diff(dg0.clone(), dg1) <= tol(max_abs(dg0)), "dgamma");
-    assert!(max_diff(db0.clone(), db1) <= tol(max_abs(db0)), "dbeta");
-    let stat = |bn: &burn::nn::BatchNorm<AD>| (bn.running_mean.value(), bn.running_var.value());
-    let ((m0, v0), (m1, v1)) = (stat(&theirs), stat(&ours));
-    assert!(max_diff(m0.clone(), m1) <= tol(max_abs(m0)), "running mean");
-    assert!(max_diff(v0.clone(), v1) <= tol(max_abs(v0)), "running var");
+    assert_close(y0, y1, "output");
+    assert_close(dx0, dx1, "dx");
+    assert_close(dr0, dr1, "d residual");
+    assert_close(dg0, dg1, "dgamma");
+    assert_close(db0, db1, "dbeta");
+    assert_same_running_stats(&theirs, &ours, "residual");
     let (theirs, ours) = (theirs.valid(), ours.valid());
     let (x, r) = (x.inner(), r.inner());
     let e0 = burn::tensor::activation::relu(theirs.forward(x.clone()) + r.clone());
     let e1 = batch_norm_add_relu_module(&ours, x, r);
-    assert!(
-        max_diff(e0.clone(), e1) <= tol(max_abs(e0)),
-        "evaluation mode"
-    );
+    assert_close(e0, e1, "evaluation mode");
 }
 
 #[test]
