@@ -466,18 +466,24 @@ pub(crate) fn add_relu_forward(
     fits(s, None, &[x, residual], &[]);
     let (mean, var) = statistics(s, x);
     let (scale, shift) = scale_shift(&mean, &var, gamma, beta, epsilon);
-    let mut y = vec![0.0f32; x.len()];
-    if s.size > 0 {
-        y.par_chunks_mut(s.size)
-            .zip(x.par_chunks(s.size).zip(residual.par_chunks(s.size)))
-            .enumerate()
-            .for_each(|(p, (y, (x, r)))| {
-                let (a, b) = (scale[p % s.channels], shift[p % s.channels]);
-                for ((y, &x), &r) in y.iter_mut().zip(x).zip(r) {
-                    *y = (a * x + b + r).max(0.0);
-                }
-            });
+    if s.size == 0 {
+        return (vec![0.0; x.len()], mean, var);
     }
+    // SAFETY: the planes of y, x and the residual match one for one (lengths asserted by
+    // `fits`), so every entry of y is written.
+    let y = unsafe {
+        written(x.len(), |y| {
+            y.par_chunks_mut(s.size)
+                .zip(x.par_chunks(s.size).zip(residual.par_chunks(s.size)))
+                .enumerate()
+                .for_each(|(p, (y, (x, r)))| {
+                    let (a, b) = (scale[p % s.channels], shift[p % s.channels]);
+                    for ((y, &x), &r) in y.iter_mut().zip(x).zip(r) {
+                        y.write((a * x + b + r).max(0.0));
+                    }
+                });
+        })
+    };
     (y, mean, var)
 }
 

@@ -414,6 +414,23 @@ pub(super) mod tensor_ops {
         B::float_reshape(x, [n, c, h * w].into())
     }
 
+    /// The normalised activation `scale x + shift` of x [N, C, H, W] from the saved statistics
+    /// (scale = gamma / sqrt(var + epsilon), shift = beta - mean scale), in x's shape: what the
+    /// fused layers' backwards recompute.
+    fn normalised<B: Backend>(
+        x: FloatTensor<B>,
+        [gamma, beta]: [FloatTensor<B>; 2],
+        [mean, var]: [FloatTensor<B>; 2],
+        epsilon: f64,
+    ) -> FloatTensor<B> {
+        use burn::tensor::TensorMetadata;
+        let shape = x.shape();
+        let scale = wrap::<B, 1>(gamma) * wrap::<B, 1>(var).add_scalar(epsilon).sqrt().recip();
+        let shift = wrap::<B, 1>(beta) - wrap::<B, 1>(mean) * scale.clone();
+        let y = channel_affine::<B>(planes::<B>(x), unwrap(scale), unwrap(shift));
+        B::float_reshape(y, shape)
+    }
+
     pub fn batch_norm_relu_train<B: Backend>(
         x: FloatTensor<B>,
         gamma: FloatTensor<B>,
@@ -445,19 +462,16 @@ pub(super) mod tensor_ops {
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 3] {
         use burn::tensor::TensorMetadata;
-        let shape = x.shape();
-        let scale = wrap::<B, 1>(gamma.clone())
-            * wrap::<B, 1>(var.clone()).add_scalar(epsilon).sqrt().recip();
-        let shift = wrap::<B, 1>(beta) - wrap::<B, 1>(mean.clone()) * scale.clone();
-        let normalised = channel_affine::<B>(planes::<B>(x.clone()), unwrap(scale), unwrap(shift));
-        let rectified = B::relu(B::float_reshape(normalised, shape));
+        let stats = [mean, var];
+        let affine = [gamma.clone(), beta];
+        let rectified = B::relu(normalised::<B>(x.clone(), affine, stats.clone(), epsilon));
         let grad = match pool {
             Some(pool) => max_pool_backward::<B>(rectified.clone(), grad, pool),
             None => grad,
         };
         let grad = planes::<B>(B::relu_backward(rectified, grad));
         let [dx, dgamma, dbeta] =
-            batch_norm_backward::<B>(planes::<B>(x.clone()), gamma, [mean, var], epsilon, grad);
+            batch_norm_backward::<B>(planes::<B>(x.clone()), gamma, stats, epsilon, grad);
         [B::float_reshape(dx, x.shape()), dgamma, dbeta]
     }
 
@@ -486,19 +500,14 @@ pub(super) mod tensor_ops {
     ) -> [FloatTensor<B>; 4] {
         use burn::tensor::TensorMetadata;
         let shape = x.shape();
-        let scale = wrap::<B, 1>(gamma.clone())
-            * wrap::<B, 1>(var.clone()).add_scalar(epsilon).sqrt().recip();
-        let shift = wrap::<B, 1>(beta) - wrap::<B, 1>(mean.clone()) * scale.clone();
-        let normalised = channel_affine::<B>(planes::<B>(x.clone()), unwrap(scale), unwrap(shift));
-        let rectified = B::relu(B::float_add(
-            B::float_reshape(normalised, shape.clone()),
-            residual,
-        ));
+        let stats = [mean, var];
+        let normalised = normalised::<B>(x.clone(), [gamma.clone(), beta], stats.clone(), epsilon);
+        let rectified = B::relu(B::float_add(normalised, residual));
         let dr = B::relu_backward(rectified, grad);
         let [dx, dgamma, dbeta] = batch_norm_backward::<B>(
             planes::<B>(x),
             gamma,
-            [mean, var],
+            stats,
             epsilon,
             planes::<B>(dr.clone()),
         );
@@ -1051,6 +1060,7 @@ macro_rules! kernel_methods {
         ) -> FloatTensor<Self> {
             kernels::channel_affine::<Self>(x, scale, shift)
         }
+
         fn batch_norm_relu_train(
             x: FloatTensor<Self>,
             gamma: FloatTensor<Self>,

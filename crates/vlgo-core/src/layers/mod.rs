@@ -12,10 +12,10 @@
 //! [`max_pool2d_module`] apply `burn::nn` modules, so models keep Burn's modules,
 //! initialisation and records. [`batch_norm_relu_module`] is batch norm, ReLU and (optionally)
 //! max pooling as one layer, which on the CPU kernels writes neither intermediate activation
-//! and recomputes them in its backward; [`batch_norm_add_relu_module`] does the same for the second half of a
-//! ResNet block (batch norm, the residual sum, ReLU). [`batched_linear`] runs S fully connected
-//! layers (with or without LeakyReLU) as one node, and [`FusedAdamW`] takes Burn's AdamW step in
-//! one pass per parameter (`cpu::dense`, `cpu::adamw` on the CPU backends).
+//! and recomputes them in its backward; [`batch_norm_add_relu_module`] does the same for the
+//! second half of a ResNet block (batch norm, the residual sum, ReLU). [`batched_linear`] runs
+//! S fully connected layers (with or without LeakyReLU) as one node, and [`FusedAdamW`] takes
+//! Burn's AdamW step in one pass per parameter (`cpu::dense`, `cpu::adamw` on the CPU backends).
 
 mod autodiff;
 mod backend;
