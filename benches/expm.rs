@@ -12,9 +12,9 @@
 //! two solves) against which the batch figures read; `--matmul-only` stops there.
 //! Then `cpu::expm_into` into a buffer kept across calls (`--only into` runs that alone).
 //! `--profile-forward` then times only the Padé forward on NdArray at ~1.6, repeated `--reps`
-//! times: the run to put under `perf record`. Like the `vlgo` program, it keeps freed buffers
-//! of up to 32 MiB in the heap (`vlgo_core::cpu::host::keep_freed_buffers`; the 64 MiB batches
-//! stay fresh mappings); `--default-allocator` leaves glibc's defaults.
+//! times: the run to put under `perf record`. Like the `vlgo` program, it keeps freed buffers,
+//! the 64 MiB batches included, in the heap (`vlgo_core::cpu::host::keep_freed_buffers`);
+//! `--default-allocator` leaves glibc's defaults.
 
 use std::time::Instant;
 

@@ -30,8 +30,8 @@ pub fn output(len: usize) -> Vec<f32> {
     out
 }
 
-/// Keeps freed buffers of up to 32 MiB in the C heap for reuse instead of handing them back to
-/// the system, and returns whether the setting took effect.
+/// Keeps freed buffers in the C heap for reuse instead of handing them back to the system, and
+/// returns whether the setting took effect.
 ///
 /// A training step on Burn's CPU backends allocates a fresh buffer for nearly every tensor:
 /// activations, their adjoints, the convolutions' column buffers. With glibc's defaults each
@@ -39,8 +39,19 @@ pub fn output(len: usize) -> Vec<f32> {
 /// touched, step after step. With this setting the heap keeps them: on the Fashion-MNIST CPU
 /// config's training step it removed two thirds to four fifths of the page faults, and the
 /// first steps of a fresh process ran up to 1.2x faster; once glibc's own adaptive threshold
-/// has caught up the gain is smaller (`docs/pretrain.md`, "Speed of a training step"). The
-/// cost is memory: the process keeps up to 1 GiB of freed heap mapped instead of returning it.
+/// has caught up the gain is smaller (`docs/pretrain.md`, "Speed of a training step").
+///
+/// Buffers above 32 MiB (glibc's largest mmap threshold) are kept too: the main heap serves
+/// every size, no allocation becomes a mapping of its own. A 64 MiB batch of 4096 matrices of
+/// 64 x 64 then costs its pages once per process rather than once per call: the host -> tensor
+/// -> host round trip of such a batch on `Flex` went from 58-61 ms to 6-7 ms, and the
+/// exponential's forward through the tensor API no longer costs more than into a kept buffer
+/// (`docs/expm.md`). Allocations made on other threads than the main one still map buffers
+/// larger than their arena can hold (64 MiB).
+///
+/// The cost is memory. The process keeps up to 1 GiB of freed heap mapped at the heap's top
+/// instead of returning it, and a large buffer freed below a live one stays mapped (for reuse)
+/// until the process ends.
 ///
 /// It changes the allocator of the whole process, so the library never calls it on its own:
 /// a program calls it once, first thing in `main` (the `vlgo` program, the examples and the
@@ -66,6 +77,8 @@ pub fn keep_freed_buffers() -> bool {
             libc::mallopt(libc::M_MMAP_THRESHOLD, LARGEST_HEAP_BUFFER) == 1
                 && libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30) == 1
                 && libc::mallopt(libc::M_TOP_PAD, 64 << 20) == 1
+                // Above the largest threshold, no mappings at all: the heap serves every size.
+                && libc::mallopt(libc::M_MMAP_MAX, 0) == 1
         }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
