@@ -12,17 +12,19 @@
 //! The weight gradient sums over images in a fixed number of chunks, added in chunk order, so
 //! results do not depend on the number of threads.
 //!
-//! Two kinds of convolution take other paths, where they measured faster: 3 x 3 "same"
+//! Three kinds of convolution take other paths, where they measured faster: 3 x 3 "same"
 //! convolutions on maps of 7 x 7 and up ([`conv_grid`]: no column buffer, the nine kernel
-//! offsets summed in registers over a zero-bordered layout) and convolutions with 2 x 2 outputs
-//! ([`conv_positions`]: one product per output position over the whole batch, on the kernel
-//! offsets inside the image only).
+//! offsets summed in registers over a zero-bordered layout), 3 x 3 convolutions with stride 2
+//! and outputs of 7 x 7 and up ([`conv_phases`]: the same kernels over the input's four
+//! phases) and convolutions with 2 x 2 outputs ([`conv_positions`]: one product per output
+//! position over the whole batch, on the kernel offsets inside the image only).
 
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
 use super::conv_grid::{self, Grid};
+use super::conv_phases;
 use super::conv_positions;
 use super::gemm::{View, as_uninit, product, product_into, written};
 use super::simd::{GRAM_LANES, fold_lanes};
@@ -380,8 +382,13 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
         add_bias(s, unsafe { as_uninit(&mut out) }, bias);
         return out;
     }
-    if conv_grid::applies(s) {
-        let g = Grid::group(s);
+    let phases = conv_phases::applies(s);
+    if conv_grid::applies(s) || phases {
+        let g = if phases {
+            conv_phases::group(s)
+        } else {
+            Grid::group(s)
+        };
         // SAFETY: each job writes its whole chunk of whole images (`forward_group`'s contract),
         // then adds the bias.
         return unsafe {
@@ -389,7 +396,11 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
                 out.par_chunks_mut(g * s.image_out())
                     .zip(x.par_chunks(g * s.image_in()))
                     .for_each_init(conv_grid::Scratch::default, |scratch, (out, x)| {
-                        conv_grid::forward_group(s, x, weight, out, scratch);
+                        if phases {
+                            conv_phases::forward_group(s, x, weight, out, scratch);
+                        } else {
+                            conv_grid::forward_group(s, x, weight, out, scratch);
+                        }
                         add_bias(s, out, bias);
                     })
             })
@@ -438,9 +449,18 @@ pub(crate) fn backward(
     if s.batch == 0 || p == 0 || !(want_input || want_weight) {
         return (dx, want_weight.then(|| vec![0.0; wsize]));
     }
-    let grid = conv_grid::applies(s);
-    let g = if grid { Grid::group(s) } else { s.group() };
-    let adjoint = (grid && want_input).then(|| conv_grid::pack_adjoint(weight, co, s.channels_in));
+    let phases = conv_phases::applies(s);
+    // Both layout paths share the scratch, the lanes of the weight adjoint and the loop below.
+    let grid = conv_grid::applies(s) || phases;
+    let g = match (phases, grid) {
+        (true, _) => conv_phases::group(s),
+        (false, true) => Grid::group(s),
+        _ => s.group(),
+    };
+    let adjoint = (grid && want_input).then(|| match phases {
+        true => conv_phases::pack_adjoint(weight, co, s.channels_in),
+        false => conv_grid::pack_adjoint(weight, co, s.channels_in),
+    });
     let groups = s.batch.div_ceil(g);
     let per_chunk = groups.div_ceil(WEIGHT_CHUNKS.min(groups)) * g;
     let chunks = s.batch.div_ceil(per_chunk);
@@ -477,7 +497,11 @@ pub(crate) fn backward(
                     });
                     let x_group = &x[n0 * s.image_in()..(n0 + images) * s.image_in()];
                     let lanes = lanes.as_deref_mut();
-                    conv_grid::backward_group(s, x_group, dy_group, lanes, dx, &mut scratch);
+                    if phases {
+                        conv_phases::backward_group(s, x_group, dy_group, lanes, dx, &mut scratch);
+                    } else {
+                        conv_grid::backward_group(s, x_group, dy_group, lanes, dx, &mut scratch);
+                    }
                     continue;
                 }
                 // The output adjoint as [co, images x p] (a view when there is one image).
@@ -653,6 +677,15 @@ mod tests {
             },
             // The grid path (`conv_grid`): several groups of images, the last partial.
             grid_shape(),
+            // The phase path (`conv_phases`): odd sides (phases of unequal sizes) in several
+            // groups, the last partial, and even sides.
+            phase_shape(),
+            ConvShape {
+                batch: 5,
+                height: 14,
+                width: 16,
+                ..phase_shape()
+            },
             // The per-position path (`conv_positions`): a 2 x 2 output map, a stride-2 2 x 2
             // one, and one whose positions but the last see only padding.
             ConvShape {
@@ -689,8 +722,20 @@ mod tests {
         }
     }
 
-    /// The tests above reach the grid path (in more than one group, the last partial) and the
-    /// per-position path only if their shapes take them.
+    fn phase_shape() -> ConvShape {
+        ConvShape {
+            batch: 80,
+            channels_in: 8,
+            channels_out: 9,
+            height: 13,
+            width: 15,
+            stride: [2, 2],
+            ..base()
+        }
+    }
+
+    /// The tests above reach the grid path (in more than one group, the last partial), the
+    /// phase path (likewise) and the per-position path only if their shapes take them.
     #[test]
     fn the_test_shapes_take_the_grid_and_the_per_position_paths() {
         let s = grid_shape();
@@ -708,6 +753,19 @@ mod tests {
         }
         let g = Grid::group(&s);
         assert!(s.batch > g && !s.batch.is_multiple_of(g), "group {g}");
+        let s = phase_shape();
+        assert!(conv_phases::applies(&s) && !conv_grid::applies(&s));
+        let g = conv_phases::group(&s);
+        assert!(s.batch > g && !s.batch.is_multiple_of(g), "group {g}");
+        assert!(!conv_phases::applies(&ConvShape {
+            channels_in: 2,
+            ..s
+        }));
+        assert!(!conv_phases::applies(&ConvShape {
+            padding: [0, 0],
+            ..s
+        }));
+        assert!(!conv_phases::applies(&ConvShape { height: 12, ..s }));
     }
 
     /// The flat path writes the row-by-row path's columns bit for bit and adds the same sums

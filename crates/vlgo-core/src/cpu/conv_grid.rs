@@ -69,9 +69,14 @@ pub(crate) struct Grid {
 
 impl Grid {
     pub(crate) fn new(s: &ConvShape, images: usize) -> Self {
+        Self::sized(s.height, s.width, images)
+    }
+
+    /// The layout of `images` maps of `height` x `width`.
+    pub(crate) fn sized(height: usize, width: usize, images: usize) -> Self {
         Self {
-            height: s.height,
-            width: s.width,
+            height,
+            width,
             images,
         }
     }
@@ -83,28 +88,28 @@ impl Grid {
     }
 
     /// Stride between grid rows.
-    fn row(&self) -> usize {
+    pub(crate) fn row(&self) -> usize {
         self.width + 1
     }
 
     /// Positions per image: its rows and the zero row after it.
-    fn plane(&self) -> usize {
+    pub(crate) fn plane(&self) -> usize {
         (self.height + 1) * self.row()
     }
 
     /// Zeros before the first image and after the last: the largest shift.
-    fn margin(&self) -> usize {
+    pub(crate) fn margin(&self) -> usize {
         self.row() + 1
     }
 
     /// The output positions of the group, rounded up to the kernels' tile width: the
     /// products' columns.
-    fn columns(&self) -> usize {
+    pub(crate) fn columns(&self) -> usize {
         (self.images * self.plane()).next_multiple_of(SHIFT_ALIGN)
     }
 
     /// Floats per channel: the margins and the positions.
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         2 * self.margin() + self.columns()
     }
 
@@ -117,7 +122,7 @@ impl Grid {
 
     /// `buf` as [channels, len]: the group's images `src` ([images, channels, H, W]) in the
     /// layout, every other entry zero.
-    fn fill(&self, src: &[f32], channels: usize, buf: &mut Vec<f32>) {
+    pub(crate) fn fill(&self, src: &[f32], channels: usize, buf: &mut Vec<f32>) {
         let (h, w, row, plane, margin) = (
             self.height,
             self.width,
@@ -152,7 +157,7 @@ impl Grid {
 
     /// The group's images ([images, channels, H, W]) from `grid` ([channels, columns], no
     /// margins): the positions that stand for pixels.
-    fn gather(&self, grid: &[f32], channels: usize, dst: &mut [MaybeUninit<f32>]) {
+    pub(crate) fn gather(&self, grid: &[f32], channels: usize, dst: &mut [MaybeUninit<f32>]) {
         let (h, w, row, plane) = (self.height, self.width, self.row(), self.plane());
         let columns = self.columns();
         for (i, image) in dst.chunks_exact_mut(channels * h * w).enumerate() {
@@ -186,9 +191,9 @@ pub(crate) fn pack_adjoint(weight: &[f32], co: usize, ci: usize) -> Vec<f32> {
 /// Scratch buffers of a thread, kept across its groups.
 #[derive(Default)]
 pub(crate) struct Scratch {
-    input: Vec<f32>,
-    grad: Vec<f32>,
-    out: Vec<f32>,
+    pub(crate) input: Vec<f32>,
+    pub(crate) grad: Vec<f32>,
+    pub(crate) out: Vec<f32>,
 }
 
 /// The convolution of one group of images `x` ([images, C_in, H, W]) with `weight` ([C_out,
@@ -239,7 +244,15 @@ pub(crate) fn backward_group(
         grid.fill(x, ci, &mut scratch.input);
         // The adjoint's zeros at the layout's zeros keep the dropped positions out of the sums.
         let grad = &scratch.grad[grid.margin()..];
-        shifted_gram(grad, &scratch.input, lanes, (co, ci), len, cols, &shifts);
+        shifted_gram(
+            (grad, len),
+            &scratch.input,
+            lanes,
+            (co, ci),
+            len,
+            cols,
+            &shifts,
+        );
     }
     if let Some((dx, adjoint)) = dx {
         scratch.out.resize(ci * cols, 0.0);

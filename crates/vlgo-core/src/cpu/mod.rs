@@ -16,6 +16,8 @@ pub(crate) mod conv;
 #[cfg(feature = "layers")]
 pub(crate) mod conv_grid;
 #[cfg(feature = "layers")]
+pub(crate) mod conv_phases;
+#[cfg(feature = "layers")]
 pub(crate) mod conv_positions;
 #[cfg(feature = "layers")]
 pub(crate) mod dense;

@@ -882,20 +882,21 @@ fn lu_solve_transposed_body<F: Fma, const R: usize, const W: usize>(
 
 #[cfg(feature = "layers")]
 /// One R x W tile of [`shifted_product`]'s output at (a0, q0): output rows a0.., positions
-/// q0..q0 + W, summed over the input rows and the nine shifts in registers.
+/// q0..q0 + W, summed over the input rows and their K shifts in registers.
 #[inline(always)]
-fn shifted_tile<F: Fma, const R: usize, const W: usize>(
+fn shifted_tile<F: Fma, const R: usize, const W: usize, const K: usize>(
     s: &Shifted<'_>,
+    shifts: &[usize; K],
     out: &mut [f32],
     (a0, q0): (usize, usize),
 ) {
     let mut acc = [[0f32; W]; R];
-    let taps = 9 * s.b;
-    // Rows of the weights as slices of length 9 b, so that indexing by t < 9 b needs no
+    let taps = K * s.b;
+    // Rows of the weights as slices of length K b, so that indexing by t < K b needs no
     // bounds check (the structure of `tile`, which the compiler keeps in vector registers).
     let rows: [&[f32]; R] = std::array::from_fn(|r| &s.w[(a0 + r) * taps..(a0 + r + 1) * taps]);
     for t in 0..taps {
-        let start = (t / 9) * s.ld + s.shifts[t % 9] + q0;
+        let start = (t / K) * s.ld + shifts[t % K] + q0;
         // Copied to a local array: borrowed from the slice, the strip kept the multiply-adds
         // scalar (the compiler did not vectorise them).
         let strip: [f32; W] = s.x[start..start + W].try_into().unwrap();
@@ -912,28 +913,35 @@ fn shifted_tile<F: Fma, const R: usize, const W: usize>(
 }
 
 #[cfg(feature = "layers")]
-/// The operands of [`shifted_product`].
+/// The operands of [`shifted_product`] and [`shifted_gram`].
 struct Shifted<'a> {
     w: &'a [f32],
     x: &'a [f32],
     a: usize,
     b: usize,
+    /// Row stride of `x`.
     ld: usize,
+    /// Row stride of the gram's `y`.
+    y_ld: usize,
     cols: usize,
-    shifts: &'a [usize; 9],
+    shifts: &'a [usize],
 }
 
 #[cfg(feature = "layers")]
 #[inline(always)]
-fn shifted_product_body<F: Fma, const R: usize, const W: usize>(s: &Shifted<'_>, out: &mut [f32]) {
+fn shifted_product_body<F: Fma, const R: usize, const W: usize, const K: usize>(
+    s: &Shifted<'_>,
+    out: &mut [f32],
+) {
+    let shifts: &[usize; K] = s.shifts.try_into().expect("K shifts");
     for q0 in (0..s.cols).step_by(W) {
         let mut a0 = 0;
         while a0 + R <= s.a {
-            shifted_tile::<F, R, W>(s, out, (a0, q0));
+            shifted_tile::<F, R, W, K>(s, shifts, out, (a0, q0));
             a0 += R;
         }
         while a0 < s.a {
-            shifted_tile::<F, 1, W>(s, out, (a0, q0));
+            shifted_tile::<F, 1, W, K>(s, shifts, out, (a0, q0));
             a0 += 1;
         }
     }
@@ -956,7 +964,7 @@ fn shifted_gram_tile<F: Fma, const R: usize, const W: usize>(
         std::array::from_fn(|r| lanes[at(r, k)..at(r, k) + W].try_into().unwrap())
     });
     let row = &s.x[b * s.ld..(b + 1) * s.ld];
-    let ys: [&[f32]; R] = std::array::from_fn(|r| &y[(a0 + r) * s.ld..][..s.cols]);
+    let ys: [&[f32]; R] = std::array::from_fn(|r| &y[(a0 + r) * s.y_ld..][..s.cols]);
     let strips: [&[f32]; 9] = std::array::from_fn(|k| &row[s.shifts[k]..s.shifts[k] + s.cols]);
     for q0 in (0..s.cols / W).map(|i| i * W) {
         let ys: [[f32; W]; R] = std::array::from_fn(|r| ys[r][q0..q0 + W].try_into().unwrap());
@@ -1056,7 +1064,13 @@ macro_rules! instantiate {
             #[cfg(feature = "layers")]
             $(#[target_feature(enable = $feature)])*
             pub(super) unsafe fn shifted_product(s: &Shifted<'_>, out: &mut [f32]) {
-                shifted_product_body::<$fma, { if $width == 32 { 8 } else { 4 } }, $width>(s, out)
+                const R: usize = if $width == 32 { 8 } else { 4 };
+                match s.shifts.len() {
+                    9 => shifted_product_body::<$fma, R, $width, 9>(s, out),
+                    4 => shifted_product_body::<$fma, R, $width, 4>(s, out),
+                    2 => shifted_product_body::<$fma, R, $width, 2>(s, out),
+                    _ => shifted_product_body::<$fma, R, $width, 1>(s, out),
+                }
             }
             #[cfg(feature = "layers")]
             $(#[target_feature(enable = $feature)])*
@@ -1139,14 +1153,16 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
 pub(crate) const SHIFT_ALIGN: usize = 32;
 
 #[cfg(feature = "layers")]
-/// `out[a, q]` = sum over the input rows b and the nine kernel offsets k of
-/// `w[(a b_count + b) 9 + k] x[b ld + shifts[k] + q]`, q in 0..cols: a 3 x 3 convolution over a layout in which
-/// each kernel offset is a fixed shift of the position (`conv_grid`), with the weights in the
-/// convolution's own [C_out, C_in, 3, 3] order. The nine offsets' terms are summed in registers,
-/// so the output is written once.
+/// `out[a, q]` = sum over the input rows b and the K kernel offsets k of
+/// `w[(a b_count + b) K + k] x[b ld + shifts[k] + q]`, q in 0..cols, for K = `shifts.len()`
+/// of 1, 2, 4 or 9: a convolution over a layout in which each kernel offset is a fixed shift
+/// of the position (`conv_grid`, `conv_phases`), with the weights of a 3 x 3 kernel in the
+/// convolution's own [C_out, C_in, 3, 3] order. The offsets' terms are summed in registers, so
+/// the output is written once.
 ///
 /// # Panics
-/// If `cols` is not a multiple of [`SHIFT_ALIGN`] or a buffer is too short for the sizes.
+/// If `cols` is not a multiple of [`SHIFT_ALIGN`], K is not one of those, or a buffer is too
+/// short for the sizes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn shifted_product(
     w: &[f32],
@@ -1155,7 +1171,7 @@ pub(crate) fn shifted_product(
     (a, b): (usize, usize),
     ld: usize,
     cols: usize,
-    shifts: &[usize; 9],
+    shifts: &[usize],
 ) {
     let s = Shifted {
         w,
@@ -1163,13 +1179,15 @@ pub(crate) fn shifted_product(
         a,
         b,
         ld,
+        y_ld: 0,
         cols,
         shifts,
     };
     s.check();
+    let k = shifts.len();
     assert!(
-        out.len() >= a * cols && w.len() >= 9 * a * b,
-        "shifted_product: output or weights too short"
+        matches!(k, 1 | 2 | 4 | 9) && out.len() >= a * cols && w.len() >= k * a * b,
+        "shifted_product: {k} shifts, or the output or weights too short"
     );
     dispatch!(shifted_product(&s, out))
 }
@@ -1181,15 +1199,15 @@ pub(crate) const GRAM_LANES: usize = 16;
 
 #[cfg(feature = "layers")]
 /// `lanes[((a b_count + b) 9 + k) GRAM_LANES + l]` += the sum over positions q = l (mod the
-/// vector width) of `y[a ld + q] x[b ld + shifts[k] + q]`: the weight adjoint of
-/// [`shifted_product`]'s convolution (`y` the output's adjoint, zero wherever the layout is),
-/// kept in f32 lanes across calls. [`fold_lanes`] adds each sum's lanes.
+/// vector width) of `y[a y_ld + q] x[b ld + shifts[k] + q]`: the weight adjoint of
+/// [`shifted_product`]'s convolution with nine offsets (`y` the output's adjoint, zero wherever
+/// the layout is), kept in f32 lanes across calls. [`fold_lanes`] adds each sum's lanes.
 ///
 /// # Panics
 /// As [`shifted_product`], or if `lanes` is too short.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn shifted_gram(
-    y: &[f32],
+    (y, y_ld): (&[f32], usize),
     x: &[f32],
     lanes: &mut [f32],
     (a, b): (usize, usize),
@@ -1203,12 +1221,13 @@ pub(crate) fn shifted_gram(
         a,
         b,
         ld,
+        y_ld,
         cols,
         shifts,
     };
     s.check();
     assert!(
-        (a == 0 || y.len() >= (a - 1) * ld + cols) && lanes.len() >= a * b * 9 * GRAM_LANES,
+        (a == 0 || y.len() >= (a - 1) * y_ld + cols) && lanes.len() >= a * b * 9 * GRAM_LANES,
         "shifted_gram: buffers too short"
     );
     dispatch!(shifted_gram(&s, y, lanes))
@@ -1646,39 +1665,56 @@ mod tests {
         let (a, b, cols) = (11, 3, 2 * SHIFT_ALIGN);
         let shifts = [0, 1, 2, 9, 10, 11, 18, 19, 20];
         let ld = cols + 20;
+        // The Gram's y with a row stride of its own.
+        let y_ld = cols + 7;
         let value = |i: usize, seed: usize| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
         let w: Vec<f32> = (0..9 * a * b).map(|i| value(i, 1)).collect();
         let x: Vec<f32> = (0..b * ld).map(|i| value(i, 2)).collect();
-        let y: Vec<f32> = (0..a * ld).map(|i| value(i, 3)).collect();
+        let y: Vec<f32> = (0..a * y_ld).map(|i| value(i, 3)).collect();
         for (name, (product, gram)) in sets {
+            // Every number of offsets the product takes.
+            for taps in [&shifts[..], &[0, 1, 9, 10], &[1, 19], &[20]] {
+                let k_count = taps.len();
+                let s = Shifted {
+                    w: &w[..k_count * a * b],
+                    x: &x,
+                    a,
+                    b,
+                    ld,
+                    y_ld: 0,
+                    cols,
+                    shifts: taps,
+                };
+                let mut out = vec![f32::NAN; a * cols];
+                s.check();
+                // SAFETY: `isa()` reported the set's features; the sizes fit (`check` passes).
+                unsafe { product(&s, &mut out) };
+                for i in 0..a {
+                    for q in 0..cols {
+                        let want: f64 = (0..b)
+                            .flat_map(|j| (0..k_count).map(move |k| (j, k)))
+                            .map(|(j, k)| {
+                                w[(i * b + j) * k_count + k] as f64 * x[j * ld + taps[k] + q] as f64
+                            })
+                            .sum();
+                        let got = out[i * cols + q] as f64;
+                        assert!(
+                            (got - want).abs() < 1e-5,
+                            "{name} product, {k_count} offsets ({i}, {q}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
             let s = Shifted {
-                w: &w,
+                w: &[],
                 x: &x,
                 a,
                 b,
                 ld,
+                y_ld,
                 cols,
                 shifts: &shifts,
             };
-            let mut out = vec![f32::NAN; a * cols];
-            s.check();
-            // SAFETY: `isa()` reported the set's features; the sizes fit (`check` passes).
-            unsafe { product(&s, &mut out) };
-            for i in 0..a {
-                for q in 0..cols {
-                    let want: f64 = (0..b)
-                        .flat_map(|j| (0..9).map(move |k| (j, k)))
-                        .map(|(j, k)| {
-                            w[(i * b + j) * 9 + k] as f64 * x[j * ld + shifts[k] + q] as f64
-                        })
-                        .sum();
-                    let got = out[i * cols + q] as f64;
-                    assert!(
-                        (got - want).abs() < 1e-5,
-                        "{name} product ({i}, {q}): {got} vs {want}"
-                    );
-                }
-            }
             let mut lanes = vec![0.0f32; a * b * 9 * GRAM_LANES];
             // SAFETY: as above.
             unsafe { gram(&s, &y, &mut lanes) };
@@ -1688,7 +1724,7 @@ mod tests {
                 for j in 0..b {
                     for k in 0..9 {
                         let want: f64 = (0..cols)
-                            .map(|q| y[i * ld + q] as f64 * x[j * ld + shifts[k] + q] as f64)
+                            .map(|q| y[i * y_ld + q] as f64 * x[j * ld + shifts[k] + q] as f64)
                             .sum();
                         let got = sums[(i * b + j) * 9 + k] as f64;
                         assert!(
