@@ -450,16 +450,22 @@ pub(crate) fn backward(
         return (dx, want_weight.then(|| vec![0.0; wsize]));
     }
     let phases = conv_phases::applies(s);
-    // Both layout paths share the scratch, the lanes of the weight adjoint and the loop below.
-    let grid = conv_grid::applies(s) || phases;
-    let g = match (phases, grid) {
-        (true, _) => conv_phases::group(s),
-        (false, true) => Grid::group(s),
-        _ => s.group(),
+    // Both layout paths (grid and phases) share the scratch, the lanes of the weight adjoint
+    // and the loop below.
+    let layout = conv_grid::applies(s) || phases;
+    let g = if phases {
+        conv_phases::group(s)
+    } else if layout {
+        Grid::group(s)
+    } else {
+        s.group()
     };
-    let adjoint = (grid && want_input).then(|| match phases {
-        true => conv_phases::pack_adjoint(weight, co, s.channels_in),
-        false => conv_grid::pack_adjoint(weight, co, s.channels_in),
+    let adjoint = (layout && want_input).then(|| {
+        if phases {
+            conv_phases::pack_adjoint(weight, co, s.channels_in)
+        } else {
+            conv_grid::pack_adjoint(weight, co, s.channels_in)
+        }
     });
     let groups = s.batch.div_ceil(g);
     let per_chunk = groups.div_ceil(WEIGHT_CHUNKS.min(groups)) * g;
@@ -478,14 +484,14 @@ pub(crate) fn backward(
             let mut dw = want_weight.then(|| vec![0.0f32; wsize]);
             let (mut cols, mut dy) = (Vec::new(), Vec::new());
             let mut scratch = conv_grid::Scratch::default();
-            // The grid path's weight adjoint, in the lanes that `shifted_gram` keeps.
-            let mut lanes = (grid && want_weight).then(|| vec![0.0f32; wsize * GRAM_LANES]);
+            // The layout paths' weight adjoint, in the lanes that `shifted_gram` keeps.
+            let mut lanes = (layout && want_weight).then(|| vec![0.0f32; wsize * GRAM_LANES]);
             for start in (0..count).step_by(g) {
                 let images = g.min(count - start);
                 let ld = images * p;
                 let n0 = first + start;
                 let dy_group = &grad[n0 * s.image_out()..(n0 + images) * s.image_out()];
-                if grid {
+                if layout {
                     let dx = dx.as_mut().map(|dx| {
                         let dx = &mut dx[start * s.image_in()..(start + images) * s.image_in()];
                         (
@@ -737,7 +743,7 @@ mod tests {
     /// The tests above reach the grid path (in more than one group, the last partial), the
     /// phase path (likewise) and the per-position path only if their shapes take them.
     #[test]
-    fn the_test_shapes_take_the_grid_and_the_per_position_paths() {
+    fn the_test_shapes_take_the_grid_phase_and_per_position_paths() {
         let s = grid_shape();
         assert!(conv_grid::applies(&s));
         assert!(!conv_grid::applies(&ConvShape {
@@ -866,7 +872,7 @@ mod tests {
     #[test]
     fn weight_gradient_does_not_depend_on_the_thread_count() {
         let positions = shapes()[shapes().len() - 2];
-        for s in [shapes()[4], grid_shape(), positions] {
+        for s in [shapes()[4], grid_shape(), phase_shape(), positions] {
             let x = values(s.batch * s.image_in(), 8);
             let w = values(s.channels_out * s.rows(), 9);
             let dy = values(s.batch * s.image_out(), 10);

@@ -16,8 +16,8 @@
 //! the offsets that read it (one, two or four), each a [`shifted_product`] with that many
 //! offsets from the output adjoint's layout, written into the phase's pixels.
 //!
-//! im2col at stride 2 gathers every other input entry nine times per position and its adjoint
-//! scatters them back one by one; here each operand is copied once into its layout and each
+//! im2col at stride 2 gathers nine entries per output position with a stride of two, and its
+//! adjoint scatters them back one by one; here each operand is copied once into its layout and each
 //! result once out of it. Sums run in another order than im2col's product, so results agree
 //! with it to rounding; they do not depend on the number of threads.
 

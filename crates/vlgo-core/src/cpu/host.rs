@@ -17,9 +17,10 @@ pub trait Host: Backend {
 
 /// A zeroed buffer of `len` floats for a kernel's output.
 ///
-/// Buffers of tens of MiB usually come fresh from the system (glibc maps anything above its
-/// mmap threshold, at most 32 MiB), and touching them a 4 KiB page at a time is slow on a virtual
-/// machine (measured: 55-70 ms for 64 MiB against 5 ms once mapped). On Linux the buffer is
+/// Unless the program keeps freed buffers ([`keep_freed_buffers`]), buffers of tens of MiB
+/// usually come fresh from the system (glibc maps anything above its mmap threshold, at most
+/// 32 MiB), and touching them a 4 KiB page at a time is slow on a virtual machine (measured:
+/// 55-70 ms for 64 MiB against 5 ms once mapped). On Linux the buffer is
 /// advised for transparent huge pages, which the kernel grants where its policy is `madvise` or
 /// `always` (12-25 ms for the same 64 MiB); pages already touched keep their size. Elsewhere it
 /// is a plain zeroed vector.
@@ -46,12 +47,12 @@ pub fn output(len: usize) -> Vec<f32> {
 /// 64 x 64 then costs its pages once per process rather than once per call: the host -> tensor
 /// -> host round trip of such a batch on `Flex` went from 58-61 ms to 6-7 ms, and the
 /// exponential's forward through the tensor API no longer costs more than into a kept buffer
-/// (`docs/expm.md`). Allocations made on other threads than the main one still map buffers
-/// larger than their arena can hold (64 MiB).
+/// (`docs/expm.md`). Threads served by one of glibc's secondary arenas (the rayon workers,
+/// mostly) still map buffers of 64 MiB and more, the size of one of that arena's heaps.
 ///
-/// The cost is memory. The process keeps up to 1 GiB of freed heap mapped at the heap's top
-/// instead of returning it, and a large buffer freed below a live one stays mapped (for reuse)
-/// until the process ends.
+/// The cost is memory. The main heap keeps up to 1 GiB of freed memory mapped at its top
+/// instead of returning it, and a large buffer freed below a live one stays mapped until it is
+/// reused or the buffers above it are freed; secondary arenas keep their peak.
 ///
 /// It changes the allocator of the whole process, so the library never calls it on its own:
 /// a program calls it once, first thing in `main` (the `vlgo` program, the examples and the
@@ -68,11 +69,13 @@ pub fn output(len: usize) -> Vec<f32> {
 pub fn keep_freed_buffers() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        // glibc's largest mmap threshold on 64-bit targets; buffers above it stay mappings.
+        // glibc's largest mmap threshold on 64-bit targets: moot once M_MMAP_MAX is 0, kept in
+        // case that setting is refused.
         const LARGEST_HEAP_BUFFER: libc::c_int = 32 << 20;
         // SAFETY: mallopt only changes the allocator's parameters (under its own lock); no
         // memory is touched. Setting the thresholds explicitly also turns off glibc's dynamic
-        // threshold, which otherwise resets the trim threshold to a few MiB.
+        // threshold, which otherwise resets the trim threshold to a few MiB. glibc ignores the
+        // mapping count where a heap cannot grow (it maps then), so no allocation fails for it.
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, LARGEST_HEAP_BUFFER) == 1
                 && libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30) == 1

@@ -1069,7 +1069,8 @@ macro_rules! instantiate {
                     9 => shifted_product_body::<$fma, R, $width, 9>(s, out),
                     4 => shifted_product_body::<$fma, R, $width, 4>(s, out),
                     2 => shifted_product_body::<$fma, R, $width, 2>(s, out),
-                    _ => shifted_product_body::<$fma, R, $width, 1>(s, out),
+                    1 => shifted_product_body::<$fma, R, $width, 1>(s, out),
+                    k => unreachable!("shifted_product checks the offsets' count, {k}"),
                 }
             }
             #[cfg(feature = "layers")]
@@ -1156,9 +1157,9 @@ pub(crate) const SHIFT_ALIGN: usize = 32;
 /// `out[a, q]` = sum over the input rows b and the K kernel offsets k of
 /// `w[(a b_count + b) K + k] x[b ld + shifts[k] + q]`, q in 0..cols, for K = `shifts.len()`
 /// of 1, 2, 4 or 9: a convolution over a layout in which each kernel offset is a fixed shift
-/// of the position (`conv_grid`, `conv_phases`), with the weights of a 3 x 3 kernel in the
-/// convolution's own [C_out, C_in, 3, 3] order. The offsets' terms are summed in registers, so
-/// the output is written once.
+/// of the position (`conv_grid`, `conv_phases`; a forward with nine offsets takes the weights
+/// in the convolution's own [C_out, C_in, 3, 3] order). The offsets' terms are summed in
+/// registers, so the output is written once.
 ///
 /// # Panics
 /// If `cols` is not a multiple of [`SHIFT_ALIGN`], K is not one of those, or a buffer is too
@@ -1204,7 +1205,8 @@ pub(crate) const GRAM_LANES: usize = 16;
 /// the layout is), kept in f32 lanes across calls. [`fold_lanes`] adds each sum's lanes.
 ///
 /// # Panics
-/// As [`shifted_product`], or if `lanes` is too short.
+/// If `cols` is not a multiple of [`SHIFT_ALIGN`], or a buffer (`lanes` included) is too
+/// short for the sizes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn shifted_gram(
     (y, y_ld): (&[f32], usize),
@@ -1639,9 +1641,10 @@ mod tests {
         }
     }
 
-    /// The shifted product and Gram kernels of every instruction set the CPU has against their
-    /// definitions in f64, with output rows left over by every tile height (11 = 8 + 3 = 4 + 4 + 3)
-    /// and two tile widths of positions.
+    /// The shifted product (with 9, 4, 2 and 1 offsets) and Gram (rows of `y` at a stride of
+    /// their own) kernels of every instruction set the CPU has against their definitions in
+    /// f64, with output rows left over by every tile height (11 = 8 + 3 = 4 + 4 + 3) and two
+    /// tile widths of positions.
     #[test]
     #[cfg(feature = "layers")]
     fn shifted_kernels_of_every_instruction_set_match_their_definitions() {
