@@ -155,6 +155,50 @@ impl Grid {
         }
     }
 
+    /// [`shifted_product`] of `weight` over `input` (rows `ld` apart) at every position of
+    /// the layout, into `out` ([rows, columns]), then its pixels into `dst` ([images, rows, H,
+    /// W]), every entry written.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn product_gather(
+        &self,
+        weight: &[f32],
+        input: &[f32],
+        (rows, depth): (usize, usize),
+        ld: usize,
+        shifts: &[usize],
+        out: &mut Vec<f32>,
+        dst: &mut [MaybeUninit<f32>],
+    ) {
+        let cols = self.columns();
+        out.resize(rows * cols, 0.0);
+        shifted_product(weight, input, out, (rows, depth), ld, cols, shifts);
+        self.gather(out, rows, dst);
+    }
+
+    /// [`shifted_gram`] of the output adjoint `grad` in this layout ([rows, len]) against
+    /// `input` (rows `ld` apart), added into `lanes`.
+    pub(crate) fn gram(
+        &self,
+        grad: &[f32],
+        input: &[f32],
+        (rows, depth): (usize, usize),
+        ld: usize,
+        shifts: &[usize; 9],
+        lanes: &mut [f32],
+    ) {
+        // The adjoint's zeros at the layout's zeros keep the dropped positions out of the sums.
+        let grad = (&grad[self.margin()..], self.len());
+        shifted_gram(
+            grad,
+            input,
+            lanes,
+            (rows, depth),
+            ld,
+            self.columns(),
+            shifts,
+        );
+    }
+
     /// The group's images ([images, channels, H, W]) from `grid` ([channels, columns], no
     /// margins): the positions that stand for pixels.
     pub(crate) fn gather(&self, grid: &[f32], channels: usize, dst: &mut [MaybeUninit<f32>]) {
@@ -207,20 +251,17 @@ pub(crate) fn forward_group(
 ) {
     let (ci, co) = (s.channels_in, s.channels_out);
     let grid = Grid::new(s, x.len() / (ci * s.height * s.width));
-    let cols = grid.columns();
     grid.fill(x, ci, &mut scratch.input);
-    scratch.out.resize(co * cols, 0.0);
-    let shifts = grid.shifts();
-    shifted_product(
+    let (input, ld) = (&scratch.input, grid.len());
+    grid.product_gather(
         weight,
-        &scratch.input,
-        &mut scratch.out,
+        input,
         (co, ci),
-        grid.len(),
-        cols,
-        &shifts,
+        ld,
+        &grid.shifts(),
+        &mut scratch.out,
+        out,
     );
-    grid.gather(&scratch.out, co, out);
 }
 
 /// One group's part of the convolution's adjoints, given the output's adjoint `dy` ([images,
@@ -237,35 +278,23 @@ pub(crate) fn backward_group(
 ) {
     let (ci, co) = (s.channels_in, s.channels_out);
     let grid = Grid::new(s, dy.len() / (co * s.height * s.width));
-    let (len, cols) = (grid.len(), grid.columns());
-    let shifts = grid.shifts();
+    let (len, shifts) = (grid.len(), grid.shifts());
     grid.fill(dy, co, &mut scratch.grad);
     if let Some(lanes) = lanes {
         grid.fill(x, ci, &mut scratch.input);
-        // The adjoint's zeros at the layout's zeros keep the dropped positions out of the sums.
-        let grad = &scratch.grad[grid.margin()..];
-        shifted_gram(
-            (grad, len),
-            &scratch.input,
-            lanes,
-            (co, ci),
-            len,
-            cols,
-            &shifts,
-        );
+        grid.gram(&scratch.grad, &scratch.input, (co, ci), len, &shifts, lanes);
     }
     if let Some((dx, adjoint)) = dx {
-        scratch.out.resize(ci * cols, 0.0);
-        shifted_product(
+        // SAFETY: `product_gather` writes initialised values only.
+        let dx = unsafe { as_uninit(dx) };
+        grid.product_gather(
             adjoint,
             &scratch.grad,
-            &mut scratch.out,
             (ci, co),
             len,
-            cols,
             &shifts,
+            &mut scratch.out,
+            dx,
         );
-        // SAFETY: `gather` writes initialised values only.
-        grid.gather(&scratch.out, ci, unsafe { as_uninit(dx) });
     }
 }

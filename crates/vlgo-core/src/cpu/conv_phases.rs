@@ -25,7 +25,9 @@ use std::mem::MaybeUninit;
 
 use super::conv::ConvShape;
 use super::conv_grid::{Grid, Scratch};
-use super::simd::{shifted_gram, shifted_product};
+#[cfg(doc)]
+use super::simd::shifted_gram;
+use super::simd::shifted_product;
 
 /// Output positions a group should have at least, as for the grid path.
 const PHASE_COLUMNS: usize = 1024;
@@ -159,20 +161,9 @@ pub(crate) fn forward_group(
 ) {
     let (ci, co) = (s.channels_in, s.channels_out);
     let grid = output_grid(s, x.len() / (ci * s.height * s.width));
-    let cols = grid.columns();
     fill_phases(s, &grid, x, ci, &mut scratch.input);
-    scratch.out.resize(co * cols, 0.0);
-    let shifts = forward_shifts(&grid);
-    shifted_product(
-        weight,
-        &scratch.input,
-        &mut scratch.out,
-        (co, ci),
-        4 * grid.len(),
-        cols,
-        &shifts,
-    );
-    grid.gather(&scratch.out, co, out);
+    let (input, ld, shifts) = (&scratch.input, 4 * grid.len(), forward_shifts(&grid));
+    grid.product_gather(weight, input, (co, ci), ld, &shifts, &mut scratch.out, out);
 }
 
 /// One group's part of the convolution's adjoints, given the output's adjoint `dy` ([images,
@@ -194,17 +185,14 @@ pub(crate) fn backward_group(
     grid.fill(dy, co, &mut scratch.grad);
     if let Some(lanes) = lanes {
         fill_phases(s, &grid, x, ci, &mut scratch.input);
-        // The adjoint's zeros at the layout's zeros keep the dropped positions out of the sums.
-        let grad = &scratch.grad[margin..];
         let shifts = forward_shifts(&grid);
-        shifted_gram(
-            (grad, len),
+        grid.gram(
+            &scratch.grad,
             &scratch.input,
-            lanes,
             (co, ci),
             4 * len,
-            cols,
             &shifts,
+            lanes,
         );
     }
     let Some((dx, adjoint)) = dx else { return };
