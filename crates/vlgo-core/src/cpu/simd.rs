@@ -892,18 +892,26 @@ fn shifted_tile<F: Fma, const R: usize, const W: usize, const K: usize>(
 ) {
     let mut acc = [[0f32; W]; R];
     let taps = K * s.b;
-    // Rows of the weights as slices of length K b, so that indexing by t < K b needs no
-    // bounds check (the structure of `tile`, which the compiler keeps in vector registers).
+    // Rows of the weights as slices of length K b (the structure of `tile`, which the compiler
+    // keeps in vector registers).
     let rows: [&[f32]; R] = std::array::from_fn(|r| &s.w[(a0 + r) * taps..(a0 + r + 1) * taps]);
-    for t in 0..taps {
-        let start = (t / K) * s.ld + shifts[t % K] + q0;
-        // Copied to a local array: borrowed from the slice, the strip kept the multiply-adds
-        // scalar (the compiler did not vectorise them).
-        let strip: [f32; W] = s.x[start..start + W].try_into().unwrap();
-        for (row, w_row) in acc.iter_mut().zip(&rows) {
-            let x = w_row[t];
-            for j in 0..W {
-                row[j] = F::fma(x, strip[j], row[j]);
+    // Input row by input row, its K strips taken as slices of the part of the row the tile
+    // reads: the taps' index arithmetic (a division by K per tap) and bounds checks stay out
+    // of the multiply-adds' loop. The sums run in the same order as tap by tap.
+    let span = shifts.iter().max().copied().unwrap_or(0) + W;
+    for b in 0..s.b {
+        let x = &s.x[b * s.ld + q0..][..span];
+        let w: [&[f32; K]; R] =
+            std::array::from_fn(|r| rows[r][b * K..(b + 1) * K].try_into().unwrap());
+        for (k, &shift) in shifts.iter().enumerate() {
+            // Copied to a local array: borrowed from the slice, the strip kept the multiply-adds
+            // scalar (the compiler did not vectorise them).
+            let strip: [f32; W] = x[shift..shift + W].try_into().unwrap();
+            for (row, w_row) in acc.iter_mut().zip(&w) {
+                let v = w_row[k];
+                for j in 0..W {
+                    row[j] = F::fma(v, strip[j], row[j]);
+                }
             }
         }
     }
