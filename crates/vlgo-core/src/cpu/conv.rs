@@ -382,13 +382,8 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
         add_bias(s, unsafe { as_uninit(&mut out) }, bias);
         return out;
     }
-    let phases = conv_phases::applies(s);
-    if conv_grid::applies(s) || phases {
-        let g = if phases {
-            conv_phases::group(s)
-        } else {
-            Grid::group(s)
-        };
+    if let Some(layout) = Layout::of(s) {
+        let g = layout.group(s);
         // SAFETY: each job writes its whole chunk of whole images (`forward_group`'s contract),
         // then adds the bias.
         return unsafe {
@@ -396,11 +391,7 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
                 out.par_chunks_mut(g * s.image_out())
                     .zip(x.par_chunks(g * s.image_in()))
                     .for_each_init(conv_grid::Scratch::default, |scratch, (out, x)| {
-                        if phases {
-                            conv_phases::forward_group(s, x, weight, out, scratch);
-                        } else {
-                            conv_grid::forward_group(s, x, weight, out, scratch);
-                        }
+                        layout.forward_group(s, x, weight, out, scratch);
                         add_bias(s, out, bias);
                     })
             })
@@ -414,6 +405,74 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
                 .zip(x.par_chunks(g * s.image_in()))
                 .for_each_init(|| (Vec::new(), Vec::new()), job)
         })
+    }
+}
+
+/// The paths that lay a group of images out for the shifted kernels instead of im2col.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// 3 x 3 stride-1 convolutions ([`conv_grid`]).
+    Grid,
+    /// 3 x 3 stride-2 convolutions ([`conv_phases`]).
+    Phases,
+}
+
+impl Layout {
+    /// The layout path that takes the shape, if one does.
+    fn of(s: &ConvShape) -> Option<Self> {
+        if conv_grid::applies(s) {
+            Some(Self::Grid)
+        } else if conv_phases::applies(s) {
+            Some(Self::Phases)
+        } else {
+            None
+        }
+    }
+
+    /// Images per group.
+    fn group(self, s: &ConvShape) -> usize {
+        match self {
+            Self::Grid => Grid::group(s),
+            Self::Phases => conv_phases::group(s),
+        }
+    }
+
+    /// The weights as the path's input adjoint takes them.
+    fn pack_adjoint(self, weight: &[f32], co: usize, ci: usize) -> Vec<f32> {
+        match self {
+            Self::Grid => conv_grid::pack_adjoint(weight, co, ci),
+            Self::Phases => conv_phases::pack_adjoint(weight, co, ci),
+        }
+    }
+
+    /// One group's forward (the paths' `forward_group`).
+    fn forward_group(
+        self,
+        s: &ConvShape,
+        x: &[f32],
+        weight: &[f32],
+        out: &mut [MaybeUninit<f32>],
+        scratch: &mut conv_grid::Scratch,
+    ) {
+        match self {
+            Self::Grid => conv_grid::forward_group(s, x, weight, out, scratch),
+            Self::Phases => conv_phases::forward_group(s, x, weight, out, scratch),
+        }
+    }
+
+    /// One group's adjoints (the paths' `backward_group`).
+    fn backward_group(
+        self,
+        s: &ConvShape,
+        (x, dy): (&[f32], &[f32]),
+        lanes: Option<&mut [f32]>,
+        dx: Option<(&mut [f32], &[f32])>,
+        scratch: &mut conv_grid::Scratch,
+    ) {
+        match self {
+            Self::Grid => conv_grid::backward_group(s, x, dy, lanes, dx, scratch),
+            Self::Phases => conv_phases::backward_group(s, x, dy, lanes, dx, scratch),
+        }
     }
 }
 
@@ -449,24 +508,12 @@ pub(crate) fn backward(
     if s.batch == 0 || p == 0 || !(want_input || want_weight) {
         return (dx, want_weight.then(|| vec![0.0; wsize]));
     }
-    let phases = conv_phases::applies(s);
-    // Both layout paths (grid and phases) share the scratch, the lanes of the weight adjoint
-    // and the loop below.
-    let layout = conv_grid::applies(s) || phases;
-    let g = if phases {
-        conv_phases::group(s)
-    } else if layout {
-        Grid::group(s)
-    } else {
-        s.group()
-    };
-    let adjoint = (layout && want_input).then(|| {
-        if phases {
-            conv_phases::pack_adjoint(weight, co, s.channels_in)
-        } else {
-            conv_grid::pack_adjoint(weight, co, s.channels_in)
-        }
-    });
+    // Both layout paths share the scratch, the lanes of the weight adjoint and the loop below.
+    let layout = Layout::of(s);
+    let g = layout.map_or_else(|| s.group(), |l| l.group(s));
+    let adjoint = layout
+        .filter(|_| want_input)
+        .map(|l| l.pack_adjoint(weight, co, s.channels_in));
     let groups = s.batch.div_ceil(g);
     let per_chunk = groups.div_ceil(WEIGHT_CHUNKS.min(groups)) * g;
     let chunks = s.batch.div_ceil(per_chunk);
@@ -485,13 +532,14 @@ pub(crate) fn backward(
             let (mut cols, mut dy) = (Vec::new(), Vec::new());
             let mut scratch = conv_grid::Scratch::default();
             // The layout paths' weight adjoint, in the lanes that `shifted_gram` keeps.
-            let mut lanes = (layout && want_weight).then(|| vec![0.0f32; wsize * GRAM_LANES]);
+            let mut lanes =
+                (layout.is_some() && want_weight).then(|| vec![0.0f32; wsize * GRAM_LANES]);
             for start in (0..count).step_by(g) {
                 let images = g.min(count - start);
                 let ld = images * p;
                 let n0 = first + start;
                 let dy_group = &grad[n0 * s.image_out()..(n0 + images) * s.image_out()];
-                if layout {
+                if let Some(layout) = layout {
                     let dx = dx.as_mut().map(|dx| {
                         let dx = &mut dx[start * s.image_in()..(start + images) * s.image_in()];
                         (
@@ -503,11 +551,7 @@ pub(crate) fn backward(
                     });
                     let x_group = &x[n0 * s.image_in()..(n0 + images) * s.image_in()];
                     let lanes = lanes.as_deref_mut();
-                    if phases {
-                        conv_phases::backward_group(s, x_group, dy_group, lanes, dx, &mut scratch);
-                    } else {
-                        conv_grid::backward_group(s, x_group, dy_group, lanes, dx, &mut scratch);
-                    }
+                    layout.backward_group(s, (x_group, dy_group), lanes, dx, &mut scratch);
                     continue;
                 }
                 // The output adjoint as [co, images x p] (a view when there is one image).
