@@ -26,6 +26,7 @@ use rayon::prelude::*;
 use super::conv_grid::{self, Grid};
 use super::conv_phases;
 use super::conv_positions;
+use super::conv_winograd;
 use super::gemm::{View, as_uninit, product, product_into, written};
 use super::simd::{GRAM_LANES, fold_lanes};
 
@@ -376,8 +377,12 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
         }
         add_bias(s, out, bias);
     };
-    if conv_positions::applies(s) {
-        let mut out = conv_positions::forward(s, x, weight);
+    if conv_positions::applies(s) || conv_winograd::applies(s) {
+        let mut out = if conv_positions::applies(s) {
+            conv_positions::forward(s, x, weight)
+        } else {
+            conv_winograd::forward(s, x, weight)
+        };
         // SAFETY: `add_bias` writes initialised values only.
         add_bias(s, unsafe { as_uninit(&mut out) }, bias);
         return out;
@@ -503,6 +508,9 @@ pub(crate) fn backward(
     let wsize = co * k;
     if conv_positions::applies(s) && (want_input || want_weight) {
         return conv_positions::backward(s, x, weight, grad, want_input, want_weight);
+    }
+    if conv_winograd::applies(s) && s.batch > 0 && (want_input || want_weight) {
+        return conv_winograd::backward(s, x, weight, grad, want_input, want_weight);
     }
     let mut dx = want_input.then(|| vec![0.0f32; s.batch * s.image_in()]);
     if s.batch == 0 || p == 0 || !(want_input || want_weight) {
@@ -736,6 +744,15 @@ mod tests {
                 width: 16,
                 ..phase_shape()
             },
+            // The Winograd path (`conv_winograd`): odd sides (tiles hanging over the map's
+            // edge), a last group of images partial and shorter than a vector, and 4 x 4.
+            winograd_shape(),
+            ConvShape {
+                batch: 40,
+                height: 4,
+                width: 4,
+                ..winograd_shape()
+            },
             // The per-position path (`conv_positions`): a 2 x 2 output map, a stride-2 2 x 2
             // one, and one whose positions but the last see only padding.
             ConvShape {
@@ -768,6 +785,17 @@ mod tests {
             channels_in: 8,
             channels_out: 9,
             width: 8,
+            ..base()
+        }
+    }
+
+    fn winograd_shape() -> ConvShape {
+        ConvShape {
+            batch: 37,
+            channels_in: 32,
+            channels_out: 33,
+            height: 5,
+            width: 3,
             ..base()
         }
     }
@@ -816,6 +844,17 @@ mod tests {
             ..s
         }));
         assert!(!conv_phases::applies(&ConvShape { height: 12, ..s }));
+        let s = winograd_shape();
+        assert!(conv_winograd::applies(&s));
+        assert!(!conv_winograd::applies(&ConvShape {
+            channels_out: 16,
+            ..s
+        }));
+        assert!(!conv_winograd::applies(&ConvShape { height: 7, ..s }));
+        assert!(!conv_winograd::applies(&ConvShape {
+            padding: [0, 0],
+            ..s
+        }));
     }
 
     /// The flat path writes the row-by-row path's columns bit for bit and adds the same sums
@@ -916,7 +955,13 @@ mod tests {
     #[test]
     fn weight_gradient_does_not_depend_on_the_thread_count() {
         let positions = shapes()[shapes().len() - 2];
-        for s in [shapes()[4], grid_shape(), phase_shape(), positions] {
+        for s in [
+            shapes()[4],
+            grid_shape(),
+            phase_shape(),
+            winograd_shape(),
+            positions,
+        ] {
             let x = values(s.batch * s.image_in(), 8);
             let w = values(s.channels_out * s.rows(), 9);
             let dy = values(s.batch * s.image_out(), 10);

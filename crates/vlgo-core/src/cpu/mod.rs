@@ -20,6 +20,8 @@ pub(crate) mod conv_phases;
 #[cfg(feature = "layers")]
 pub(crate) mod conv_positions;
 #[cfg(feature = "layers")]
+pub(crate) mod conv_winograd;
+#[cfg(feature = "layers")]
 pub(crate) mod dense;
 pub(crate) mod expm;
 pub(crate) mod expmv;
