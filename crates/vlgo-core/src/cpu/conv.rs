@@ -744,8 +744,9 @@ mod tests {
                 width: 16,
                 ..phase_shape()
             },
-            // The Winograd path (`conv_winograd`): odd sides (tiles hanging over the map's
-            // edge), a last group of images partial and shorter than a vector, and 4 x 4.
+            // The Winograd path (`conv_winograd`): an odd side (tiles hanging over the map's
+            // edge) and an even one, a last group of images partial and shorter than a
+            // vector, and 4 x 4.
             winograd_shape(),
             ConvShape {
                 batch: 40,
@@ -794,8 +795,8 @@ mod tests {
             batch: 37,
             channels_in: 32,
             channels_out: 33,
-            height: 5,
-            width: 3,
+            height: 3,
+            width: 6,
             ..base()
         }
     }
@@ -851,6 +852,7 @@ mod tests {
             ..s
         }));
         assert!(!conv_winograd::applies(&ConvShape { height: 7, ..s }));
+        assert!(!conv_winograd::applies(&ConvShape { width: 5, ..s }));
         assert!(!conv_winograd::applies(&ConvShape {
             padding: [0, 0],
             ..s

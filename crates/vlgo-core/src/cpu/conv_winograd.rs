@@ -14,11 +14,12 @@
 //! tiles of dM_xi V_xi^T then dg = G^T dU G. The weight adjoint is summed in a fixed number of
 //! chunks of images, added in chunk order, so results do not depend on the number of threads.
 //!
-//! The transforms add and subtract entries of tiles, so they run on the batch's last axis:
-//! each group of images is transposed to [C x H x W, images] first (and the results back), and
-//! every transform works on 16 images at a time, one vector per tile entry. The transforms'
-//! coefficients are 0, +-1 and +-1/2, and the sums run in another order than the direct
-//! convolution's, so results agree with the other paths to rounding, not bit for bit.
+//! The transforms add and subtract entries of tiles, so they run across images: each group of
+//! images is laid out pixel by pixel, a pixel's entries for the group's images side by side
+//! ([`Layout`], zero margins where tiles reach past the map), and every transform takes 16
+//! images at a time, one vector per tile entry, with no test at the map's edges. The
+//! transforms' coefficients are 0, +-1 and +-1/2, and the sums run in another order than the
+//! direct convolution's, so results agree with the other paths to rounding, not bit for bit.
 
 use std::mem::MaybeUninit;
 
@@ -28,10 +29,11 @@ use super::conv::ConvShape;
 use super::gemm::{View, product, written};
 use super::simd::vectorised;
 
-/// The sides the path takes: below, the 2 x 2 tiles waste most of their work on a map of 1 or
-/// 2 pixels (the per-position path takes those); above, the grid path (`conv_grid`) is
-/// measured faster.
-const SIDES: std::ops::RangeInclusive<usize> = 3..=6;
+/// The map sides the path takes. Sides of 1 or 2 leave most of a tile's work outside the map
+/// (the per-position path takes 2 x 2 maps); at 5 the hanging tiles compute 36 outputs per 25
+/// and the path measured 1.0-1.2x slower than im2col, at 3 (16 per 9) still faster, im2col
+/// there multiplying even more padding; from 7 on the grid path (`conv_grid`) is used.
+const SIDES: [usize; 3] = [3, 4, 6];
 
 /// Channels (in and out) below which the 16 products are too thin for the transforms' cost.
 const MIN_CHANNELS: usize = 32;
@@ -246,51 +248,144 @@ fn output_adjoint(dy: &[Lanes; 4]) -> [Lanes; 16] {
     dm
 }
 
-/// `src` [rows, cols] into `dst` as [cols, rows], in 16 x 16 blocks held in registers.
-fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [MaybeUninit<f32>]) {
-    const B: usize = 16;
-    vectorised(|| {
-        for r0 in (0..rows).step_by(B) {
-            let rn = B.min(rows - r0);
-            for c0 in (0..cols).step_by(B) {
-                let cn = B.min(cols - c0);
-                let mut block = [[0.0f32; B]; B];
-                if rn == B && cn == B {
-                    for (i, row) in block.iter_mut().enumerate() {
-                        row.copy_from_slice(&src[(r0 + i) * cols + c0..][..B]);
-                    }
-                    for j in 0..B {
-                        let out: &mut [MaybeUninit<f32>; B] =
-                            (&mut dst[(c0 + j) * rows + r0..][..B]).try_into().unwrap();
-                        for i in 0..B {
-                            out[i].write(block[i][j]);
-                        }
-                    }
-                } else {
-                    for (i, row) in block.iter_mut().enumerate().take(rn) {
-                        row[..cn].copy_from_slice(&src[(r0 + i) * cols + c0..][..cn]);
-                    }
-                    for j in 0..cn {
-                        for i in 0..rn {
-                            dst[(c0 + j) * rows + r0 + i].write(block[i][j]);
+/// A group's maps laid out for the transforms: per channel a grid of `rows` x `cols` pixels
+/// holding the map at `margin` from its top left corner, zeros around it, and each pixel a row
+/// of `lanes` entries, one per image (zeros past the group's images). With the input's margin
+/// of 1 and the grids as large as the tiles reach, no tile reads or writes outside the grid,
+/// so the transforms need no tests at the edges.
+#[derive(Clone, Copy)]
+struct Layout {
+    rows: usize,
+    cols: usize,
+    margin: usize,
+    lanes: usize,
+    /// The map's height and width.
+    h: usize,
+    w: usize,
+    images: usize,
+}
+
+impl Layout {
+    /// The input's layout (the tiles' reach, margin 1) or the output's (margin 0).
+    fn new(s: &ConvShape, images: usize, input: bool) -> Self {
+        let (th, tw) = tiles(s);
+        let margin = usize::from(input);
+        Layout {
+            rows: 2 * th + 2 * margin,
+            cols: 2 * tw + 2 * margin,
+            margin,
+            lanes: images.next_multiple_of(LANES),
+            h: s.height,
+            w: s.width,
+            images,
+        }
+    }
+
+    /// Floats of the layout of `channels` maps.
+    fn len(&self, channels: usize) -> usize {
+        channels * self.rows * self.cols * self.lanes
+    }
+
+    /// Offset of the row of grid pixel (i, j) of `channel`.
+    #[inline(always)]
+    fn at(&self, channel: usize, i: usize, j: usize) -> usize {
+        ((channel * self.rows + i) * self.cols + j) * self.lanes
+    }
+
+    /// The grid row of map pixel p (row-major in the map) of `channel`.
+    #[inline(always)]
+    fn pixel(&self, channel: usize, p: usize) -> usize {
+        self.at(channel, p / self.w + self.margin, p % self.w + self.margin)
+    }
+
+    /// `src` ([images, channels, H, W]) laid out in `dst` (zeros elsewhere).
+    fn fill(&self, src: &[f32], channels: usize, dst: &mut Vec<f32>) {
+        dst.clear();
+        dst.resize(self.len(channels), 0.0);
+        let hw = self.h * self.w;
+        vectorised(
+            #[inline(always)]
+            || {
+                for c in 0..channels {
+                    for n0 in (0..self.images).step_by(LANES) {
+                        let nn = LANES.min(self.images - n0);
+                        for p0 in (0..hw).step_by(LANES) {
+                            let pn = LANES.min(hw - p0);
+                            // 16 images x 16 pixels, transposed through registers.
+                            let mut block = [[0.0f32; LANES]; LANES];
+                            for (b, row) in block.iter_mut().enumerate().take(nn) {
+                                let from = ((n0 + b) * channels + c) * hw + p0;
+                                if pn == LANES {
+                                    *row = lanes(src, from);
+                                } else {
+                                    row[..pn].copy_from_slice(&src[from..from + pn]);
+                                }
+                            }
+                            let columns: [Lanes; LANES] =
+                                std::array::from_fn(|k| std::array::from_fn(|b| block[b][k]));
+                            for (k, column) in columns.iter().enumerate().take(pn) {
+                                let to = self.pixel(c, p0 + k) + n0;
+                                if nn == LANES {
+                                    dst[to..to + LANES].copy_from_slice(column);
+                                } else {
+                                    dst[to..to + nn].copy_from_slice(&column[..nn]);
+                                }
+                            }
                         }
                     }
                 }
-            }
-        }
-    })
+            },
+        )
+    }
+
+    /// The maps ([images, channels, H, W], every entry written) taken out of the layout `src`.
+    fn extract(&self, src: &[f32], channels: usize, dst: &mut [MaybeUninit<f32>]) {
+        let hw = self.h * self.w;
+        vectorised(
+            #[inline(always)]
+            || {
+                for c in 0..channels {
+                    for n0 in (0..self.images).step_by(LANES) {
+                        let nn = LANES.min(self.images - n0);
+                        for p0 in (0..hw).step_by(LANES) {
+                            let pn = LANES.min(hw - p0);
+                            let mut block = [[0.0f32; LANES]; LANES];
+                            for (k, row) in block.iter_mut().enumerate().take(pn) {
+                                let from = self.pixel(c, p0 + k) + n0;
+                                *row = src[from..from + LANES].try_into().unwrap();
+                            }
+                            for b in 0..nn {
+                                let to = ((n0 + b) * channels + c) * hw + p0;
+                                if pn == LANES {
+                                    let out: &mut [MaybeUninit<f32>; LANES] =
+                                        (&mut dst[to..to + LANES]).try_into().unwrap();
+                                    for (d, row) in out.iter_mut().zip(&block) {
+                                        d.write(row[b]);
+                                    }
+                                } else {
+                                    for (d, row) in dst[to..to + pn].iter_mut().zip(&block) {
+                                        d.write(row[b]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+        )
+    }
 }
 
 /// Buffers of one job, kept across its groups.
 #[derive(Default)]
 struct Scratch {
-    /// The group's images as [C x H x W, images].
+    /// A layout of the group's maps (input, output or either adjoint).
     planes: Vec<f32>,
-    /// The transformed input tiles V, [16][C_in][tiles x images].
+    /// The transformed input tiles V, [16][C_in][tiles x lanes].
     v: Vec<f32>,
-    /// The products M (or the output adjoint's transform dM), [16][C_out][tiles x images].
+    /// The products M (or the output adjoint's transform dM), [16][C_out][tiles x lanes].
     m: Vec<f32>,
-    /// The input adjoint's transform dV, [16][C_in][tiles x images].
+    /// The input adjoint's transform dV, [16][C_in][tiles x lanes].
     dv: Vec<f32>,
 }
 
@@ -300,204 +395,137 @@ fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     &mut buf[..len]
 }
 
-/// The group's images `x` ([images, C, H, W]) as [C x H x W, images] in `planes`.
-fn lay_out(x: &[f32], images: usize, planes: &mut Vec<f32>) {
-    let rows = x.len() / images.max(1);
-    planes.clear();
-    planes.reserve(x.len());
-    transpose_into(x, images, rows, &mut planes.spare_capacity_mut()[..x.len()]);
-    // SAFETY: the transpose wrote every entry.
-    unsafe { planes.set_len(x.len()) };
-}
-
-/// Loads lanes l0..l0 + LANES (fewer at the end, the rest zero) of a row of `images` entries.
+/// The lanes at `at`.
 #[inline(always)]
-fn load(row: Option<&[f32]>, l0: usize, images: usize) -> Lanes {
-    let mut v = [0.0f32; LANES];
-    if let Some(row) = row {
-        if images - l0 >= LANES {
-            // A fixed-size copy: one vector move, not a call.
-            v.copy_from_slice(&row[l0..l0 + LANES]);
-        } else {
-            let n = images - l0;
-            v[..n].copy_from_slice(&row[l0..l0 + n]);
-        }
-    }
-    v
+fn lanes(buf: &[f32], at: usize) -> Lanes {
+    buf[at..at + LANES].try_into().unwrap()
 }
 
-/// Stores the first `images - l0` lanes of `v` at l0 of `row`.
-#[inline(always)]
-fn store(v: &Lanes, row: &mut [f32], l0: usize, images: usize) {
-    if images - l0 >= LANES {
-        row[l0..l0 + LANES].copy_from_slice(v);
-    } else {
-        let n = images - l0;
-        row[l0..l0 + n].copy_from_slice(&v[..n]);
-    }
+/// Tiles of a group: rows, columns, and the columns of each transformed matrix (tiles x lanes,
+/// tile-major).
+fn tile_grid(s: &ConvShape, lanes: usize) -> (usize, usize, usize) {
+    let (th, tw) = tiles(s);
+    (th, tw, th * tw * lanes)
 }
 
-/// Geometry of one group: map sizes, tiles, images.
-#[derive(Clone, Copy)]
-struct Group {
-    h: usize,
-    w: usize,
-    th: usize,
-    tw: usize,
-    images: usize,
-}
-
-impl Group {
-    fn new(s: &ConvShape, images: usize) -> Self {
-        let (th, tw) = tiles(s);
-        Group {
-            h: s.height,
-            w: s.width,
-            th,
-            tw,
-            images,
-        }
-    }
-
-    /// Columns of each transformed matrix: tiles x images, tile-major.
-    fn columns(&self) -> usize {
-        self.th * self.tw * self.images
-    }
-
-    /// The row of channel plane `plane` ([H x W, images] rows) at pixel (i, j), `None` outside
-    /// the map.
-    fn pixel(&self, i: isize, j: isize) -> Option<usize> {
-        (i >= 0 && j >= 0 && (i as usize) < self.h && (j as usize) < self.w)
-            .then(|| (i as usize * self.w + j as usize) * self.images)
-    }
-
-    /// The input rows of tile (ty, tx)'s 4 x 4 entries, relative to a channel's plane.
-    fn input_rows(&self, ty: usize, tx: usize) -> [Option<usize>; 16] {
-        std::array::from_fn(|e| {
-            let (i, j) = ((2 * ty + e / 4) as isize - 1, (2 * tx + e % 4) as isize - 1);
-            self.pixel(i, j)
-        })
-    }
-
-    /// The output rows of tile (ty, tx)'s 2 x 2 entries, relative to a channel's plane.
-    fn output_rows(&self, ty: usize, tx: usize) -> [Option<usize>; 4] {
-        std::array::from_fn(|e| self.pixel((2 * ty + e / 2) as isize, (2 * tx + e % 2) as isize))
-    }
-}
-
-/// V from `planes` ([C_in x H x W, images]) into `v` ([16][C_in][columns]).
-fn transform_input(g: Group, ci: usize, planes: &[f32], v: &mut [f32]) {
-    let (hw, cols) = (g.h * g.w * g.images, g.columns());
-    vectorised(|| {
-        for ty in 0..g.th {
-            for tx in 0..g.tw {
-                let rows = g.input_rows(ty, tx);
-                let col = (ty * g.tw + tx) * g.images;
-                for c in 0..ci {
-                    let plane = &planes[c * hw..(c + 1) * hw];
-                    for l0 in (0..g.images).step_by(LANES) {
-                        let mut d = [[0.0f32; LANES]; 16];
-                        for (d, r) in d.iter_mut().zip(rows) {
-                            *d = load(r.map(|r| &plane[r..]), l0, g.images);
-                        }
-                        let t = input_transform(&d);
-                        for (xi, t) in t.iter().enumerate() {
-                            store(t, &mut v[(xi * ci + c) * cols + col..], l0, g.images);
-                        }
-                    }
-                }
-            }
-        }
-    })
-}
-
-/// The output [C_out x H x W, images] into `planes` from `m` ([16][C_out][columns]).
-fn transform_output(g: Group, co: usize, m: &[f32], planes: &mut [f32]) {
-    let (hw, cols) = (g.h * g.w * g.images, g.columns());
-    vectorised(|| {
-        for ty in 0..g.th {
-            for tx in 0..g.tw {
-                let rows = g.output_rows(ty, tx);
-                let col = (ty * g.tw + tx) * g.images;
-                for o in 0..co {
-                    let plane = &mut planes[o * hw..(o + 1) * hw];
-                    for l0 in (0..g.images).step_by(LANES) {
-                        let mut mt = [[0.0f32; LANES]; 16];
-                        for (xi, mt) in mt.iter_mut().enumerate() {
-                            *mt = load(Some(&m[(xi * co + o) * cols + col..]), l0, g.images);
-                        }
-                        let y = output_transform(&mt);
-                        for (y, r) in y.iter().zip(rows) {
-                            if let Some(r) = r {
-                                store(y, &mut plane[r..], l0, g.images);
+/// V from the input's layout `planes` into `v` ([16][C_in][columns]).
+fn transform_input(s: &ConvShape, l: Layout, planes: &[f32], v: &mut [f32]) {
+    let ci = s.channels_in;
+    let (th, tw, cols) = tile_grid(s, l.lanes);
+    vectorised(
+        #[inline(always)]
+        || {
+            for c in 0..ci {
+                for ty in 0..th {
+                    for tx in 0..tw {
+                        let col = (ty * tw + tx) * l.lanes;
+                        for l0 in (0..l.lanes).step_by(LANES) {
+                            let mut d = [[0.0f32; LANES]; 16];
+                            for (e, d) in d.iter_mut().enumerate() {
+                                *d = lanes(planes, l.at(c, 2 * ty + e / 4, 2 * tx + e % 4) + l0);
+                            }
+                            for (xi, t) in input_transform(&d).iter().enumerate() {
+                                let to = (xi * ci + c) * cols + col + l0;
+                                v[to..to + LANES].copy_from_slice(t);
                             }
                         }
                     }
                 }
             }
-        }
-    })
+        },
+    )
 }
 
-/// dM into `m` ([16][C_out][columns]) from the output adjoint `planes` ([C_out x H x W,
-/// images]); the entries of hanging tiles outside the map count as zero.
-fn transform_output_adjoint(g: Group, co: usize, planes: &[f32], m: &mut [f32]) {
-    let (hw, cols) = (g.h * g.w * g.images, g.columns());
-    vectorised(|| {
-        for ty in 0..g.th {
-            for tx in 0..g.tw {
-                let rows = g.output_rows(ty, tx);
-                let col = (ty * g.tw + tx) * g.images;
-                for o in 0..co {
-                    let plane = &planes[o * hw..(o + 1) * hw];
-                    for l0 in (0..g.images).step_by(LANES) {
-                        let mut dy = [[0.0f32; LANES]; 4];
-                        for (dy, r) in dy.iter_mut().zip(rows) {
-                            *dy = load(r.map(|r| &plane[r..]), l0, g.images);
-                        }
-                        let dm = output_adjoint(&dy);
-                        for (xi, dm) in dm.iter().enumerate() {
-                            store(dm, &mut m[(xi * co + o) * cols + col..], l0, g.images);
+/// The output's layout into `planes` from M (`m`, [16][C_out][columns]).
+fn transform_output(s: &ConvShape, l: Layout, m: &[f32], planes: &mut [f32]) {
+    let co = s.channels_out;
+    let (th, tw, cols) = tile_grid(s, l.lanes);
+    vectorised(
+        #[inline(always)]
+        || {
+            for o in 0..co {
+                for ty in 0..th {
+                    for tx in 0..tw {
+                        let col = (ty * tw + tx) * l.lanes;
+                        for l0 in (0..l.lanes).step_by(LANES) {
+                            let mut mt = [[0.0f32; LANES]; 16];
+                            for (xi, mt) in mt.iter_mut().enumerate() {
+                                *mt = lanes(m, (xi * co + o) * cols + col + l0);
+                            }
+                            for (e, y) in output_transform(&mt).iter().enumerate() {
+                                let to = l.at(o, 2 * ty + e / 2, 2 * tx + e % 2) + l0;
+                                planes[to..to + LANES].copy_from_slice(y);
+                            }
                         }
                     }
                 }
             }
-        }
-    })
+        },
+    )
 }
 
-/// The input adjoint [C_in x H x W, images] into `planes` (every entry written) from dV
-/// (`dv`, [16][C_in][columns]): each tile's B dV B^T added where its entries lie in the map.
-fn transform_input_adjoint(g: Group, ci: usize, dv: &[f32], planes: &mut [f32]) {
-    let (hw, cols) = (g.h * g.w * g.images, g.columns());
-    planes.fill(0.0);
-    vectorised(|| {
-        for ty in 0..g.th {
-            for tx in 0..g.tw {
-                let rows = g.input_rows(ty, tx);
-                let col = (ty * g.tw + tx) * g.images;
-                for c in 0..ci {
-                    let plane = &mut planes[c * hw..(c + 1) * hw];
-                    for l0 in (0..g.images).step_by(LANES) {
-                        let mut t = [[0.0f32; LANES]; 16];
-                        for (xi, t) in t.iter_mut().enumerate() {
-                            *t = load(Some(&dv[(xi * ci + c) * cols + col..]), l0, g.images);
+/// dM into `m` ([16][C_out][columns]) from the output adjoint's layout `planes` (zeros at the
+/// hanging tiles' entries outside the map).
+fn transform_output_adjoint(s: &ConvShape, l: Layout, planes: &[f32], m: &mut [f32]) {
+    let co = s.channels_out;
+    let (th, tw, cols) = tile_grid(s, l.lanes);
+    vectorised(
+        #[inline(always)]
+        || {
+            for o in 0..co {
+                for ty in 0..th {
+                    for tx in 0..tw {
+                        let col = (ty * tw + tx) * l.lanes;
+                        for l0 in (0..l.lanes).step_by(LANES) {
+                            let mut dy = [[0.0f32; LANES]; 4];
+                            for (e, dy) in dy.iter_mut().enumerate() {
+                                *dy = lanes(planes, l.at(o, 2 * ty + e / 2, 2 * tx + e % 2) + l0);
+                            }
+                            for (xi, dm) in output_adjoint(&dy).iter().enumerate() {
+                                let to = (xi * co + o) * cols + col + l0;
+                                m[to..to + LANES].copy_from_slice(dm);
+                            }
                         }
-                        let dd = input_adjoint(&t);
-                        for (dd, r) in dd.iter().zip(rows) {
-                            if let Some(r) = r {
-                                let mut acc = load(Some(&plane[r..]), l0, g.images);
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The input adjoint's layout into `planes` (zeroed here) from dV (`dv`, [16][C_in][columns]):
+/// each tile's B dV B^T added at its 4 x 4 entries.
+fn transform_input_adjoint(s: &ConvShape, l: Layout, dv: &[f32], planes: &mut Vec<f32>) {
+    let ci = s.channels_in;
+    let (th, tw, cols) = tile_grid(s, l.lanes);
+    planes.clear();
+    planes.resize(l.len(ci), 0.0);
+    vectorised(
+        #[inline(always)]
+        || {
+            for c in 0..ci {
+                for ty in 0..th {
+                    for tx in 0..tw {
+                        let col = (ty * tw + tx) * l.lanes;
+                        for l0 in (0..l.lanes).step_by(LANES) {
+                            let mut t = [[0.0f32; LANES]; 16];
+                            for (xi, t) in t.iter_mut().enumerate() {
+                                *t = lanes(dv, (xi * ci + c) * cols + col + l0);
+                            }
+                            for (e, dd) in input_adjoint(&t).iter().enumerate() {
+                                let to = l.at(c, 2 * ty + e / 4, 2 * tx + e % 4) + l0;
+                                let acc: &mut [f32; LANES] =
+                                    (&mut planes[to..to + LANES]).try_into().unwrap();
                                 for (a, v) in acc.iter_mut().zip(dd) {
                                     *a += v;
                                 }
-                                store(&acc, &mut plane[r..], l0, g.images);
                             }
                         }
                     }
                 }
             }
-        }
-    })
+        },
+    )
 }
 
 /// The convolution of `x` [N, C_in, H, W] with `weight` [C_out, C_in, 3, 3], as [N, C_out, H,
@@ -508,11 +536,12 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32]) -> Vec<f32> {
     let u = transform_weights(weight, co, ci);
     let g = group(s);
     let job = |scratch: &mut Scratch, (out, x): (&mut [MaybeUninit<f32>], &[f32])| {
-        let geo = Group::new(s, x.len() / image_in);
-        let cols = geo.columns();
-        lay_out(x, geo.images, &mut scratch.planes);
+        let images = x.len() / image_in;
+        let (input, output) = (Layout::new(s, images, true), Layout::new(s, images, false));
+        let cols = tile_grid(s, input.lanes).2;
+        input.fill(x, ci, &mut scratch.planes);
         let v = sized(&mut scratch.v, 16 * ci * cols);
-        transform_input(geo, ci, &scratch.planes, v);
+        transform_input(s, input, &scratch.planes, v);
         let m = sized(&mut scratch.m, 16 * co * cols);
         for xi in 0..16 {
             // SAFETY: U_xi is [co, ci], V_xi [ci, cols], M_xi [co, cols].
@@ -528,11 +557,11 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32]) -> Vec<f32> {
                 )
             };
         }
-        let planes = sized(&mut scratch.planes, geo.images * image_out);
-        transform_output(geo, co, m, planes);
-        transpose_into(planes, image_out, geo.images, out);
+        let planes = sized(&mut scratch.planes, output.len(co));
+        transform_output(s, output, m, planes);
+        output.extract(planes, co, out);
     };
-    // SAFETY: each job writes its whole chunk of images (the transpose of the output planes).
+    // SAFETY: each job writes its whole chunk of images (`extract` writes every entry).
     unsafe {
         written(s.batch * image_out, |out| {
             out.par_chunks_mut(g * image_out)
@@ -563,17 +592,21 @@ pub(crate) fn backward(
         let mut du = want_weight.then(|| vec![0.0f32; 16 * co * ci]);
         let mut scratch = Scratch::default();
         for start in (0..count).step_by(g) {
-            let geo = Group::new(s, g.min(count - start));
-            let (n0, cols) = (first + start, geo.columns());
-            let dy = &grad[n0 * image_out..(n0 + geo.images) * image_out];
-            lay_out(dy, geo.images, &mut scratch.planes);
+            let (n0, images) = (first + start, g.min(count - start));
+            let (input, output) = (Layout::new(s, images, true), Layout::new(s, images, false));
+            let cols = tile_grid(s, input.lanes).2;
+            output.fill(
+                &grad[n0 * image_out..(n0 + images) * image_out],
+                co,
+                &mut scratch.planes,
+            );
             let m = sized(&mut scratch.m, 16 * co * cols);
-            transform_output_adjoint(geo, co, &scratch.planes, m);
+            transform_output_adjoint(s, output, &scratch.planes, m);
             if let Some(du) = du.as_mut() {
-                let xg = &x[n0 * image_in..(n0 + geo.images) * image_in];
-                lay_out(xg, geo.images, &mut scratch.planes);
+                let xg = &x[n0 * image_in..(n0 + images) * image_in];
+                input.fill(xg, ci, &mut scratch.planes);
                 let v = sized(&mut scratch.v, 16 * ci * cols);
-                transform_input(geo, ci, &scratch.planes, v);
+                transform_input(s, input, &scratch.planes, v);
                 for xi in 0..16 {
                     // SAFETY: dM_xi is [co, cols], V_xi [ci, cols] read transposed, dU_xi
                     // [co, ci].
@@ -607,10 +640,9 @@ pub(crate) fn backward(
                         )
                     };
                 }
-                let planes = sized(&mut scratch.planes, geo.images * image_in);
-                transform_input_adjoint(geo, ci, dv, planes);
-                let dx = &mut dx[start * image_in..(start + geo.images) * image_in];
-                transpose_into(planes, image_in, geo.images, dx);
+                transform_input_adjoint(s, input, dv, &mut scratch.planes);
+                let dx = &mut dx[start * image_in..(start + images) * image_in];
+                input.extract(&scratch.planes, ci, dx);
             }
         }
         du
@@ -618,7 +650,7 @@ pub(crate) fn backward(
     let chunks = s.batch.div_ceil(per_chunk.max(1));
     let mut partials = Vec::new();
     let dx = want_input.then(|| {
-        // SAFETY: each chunk's job writes every entry of its images (the transposed planes).
+        // SAFETY: each chunk's job writes every entry of its images (`extract`).
         unsafe {
             written(s.batch * image_in, |dx| {
                 partials = dx
