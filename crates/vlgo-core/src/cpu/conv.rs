@@ -12,12 +12,14 @@
 //! The weight gradient sums over images in a fixed number of chunks, added in chunk order, so
 //! results do not depend on the number of threads.
 //!
-//! Three kinds of convolution take other paths, where they measured faster: 3 x 3 "same"
+//! Four kinds of convolution take other paths, where they measured faster: 3 x 3 "same"
 //! convolutions on maps of 7 x 7 and up ([`conv_grid`]: no column buffer, the nine kernel
 //! offsets summed in registers over a zero-bordered layout), 3 x 3 convolutions with stride 2
 //! and outputs of 7 x 7 and up ([`conv_phases`]: the same kernels over the input's four
-//! phases) and convolutions with 2 x 2 outputs ([`conv_positions`]: one product per output
-//! position over the whole batch, on the kernel offsets inside the image only).
+//! phases), 3 x 3 "same" convolutions on maps of 3, 4 or 6 pixels a side with 32 channels or
+//! more ([`conv_winograd`]: Winograd's F(2 x 2, 3 x 3), 16 products over the channels) and
+//! convolutions with 2 x 2 outputs ([`conv_positions`]: one product per output position over
+//! the whole batch, on the kernel offsets inside the image only).
 
 use std::mem::MaybeUninit;
 
