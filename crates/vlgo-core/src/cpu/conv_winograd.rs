@@ -20,6 +20,8 @@
 //! images at a time, one vector per tile entry, with no test at the map's edges. The
 //! transforms' coefficients are 0, +-1 and +-1/2, and the sums run in another order than the
 //! direct convolution's, so results agree with the other paths to rounding, not bit for bit.
+//! The transforms subtract entries, so an infinite input can give NaN where the direct
+//! convolution gives an infinity.
 
 use std::mem::MaybeUninit;
 
@@ -64,8 +66,9 @@ fn tiles(s: &ConvShape) -> (usize, usize) {
     (s.height.div_ceil(2), s.width.div_ceil(2))
 }
 
-/// Images per group: enough for [`TARGET_TILES`], a multiple of [`LANES`].
-fn group(s: &ConvShape) -> usize {
+/// Images per group: enough for [`TARGET_TILES`], a multiple of [`LANES`] (or the whole batch
+/// when it is smaller; the layout pads the lanes either way).
+pub(crate) fn group(s: &ConvShape) -> usize {
     let (th, tw) = tiles(s);
     TARGET_TILES
         .div_ceil(th * tw)
@@ -401,6 +404,25 @@ fn lanes(buf: &[f32], at: usize) -> Lanes {
     buf[at..at + LANES].try_into().unwrap()
 }
 
+/// K vectors of lanes, the e-th at `at(e)`.
+#[inline(always)]
+fn gather<const K: usize>(buf: &[f32], at: impl Fn(usize) -> usize) -> [Lanes; K] {
+    let mut out = [[0.0f32; LANES]; K];
+    for (e, out) in out.iter_mut().enumerate() {
+        *out = lanes(buf, at(e));
+    }
+    out
+}
+
+/// Stores the e-th vector of `values` at `at(e)`.
+#[inline(always)]
+fn scatter(buf: &mut [f32], values: &[Lanes], at: impl Fn(usize) -> usize) {
+    for (e, v) in values.iter().enumerate() {
+        let at = at(e);
+        buf[at..at + LANES].copy_from_slice(v);
+    }
+}
+
 /// Tiles of a group: rows, columns, and the columns of each transformed matrix (tiles x lanes,
 /// tile-major).
 fn tile_grid(s: &ConvShape, lanes: usize) -> (usize, usize, usize) {
@@ -408,26 +430,26 @@ fn tile_grid(s: &ConvShape, lanes: usize) -> (usize, usize, usize) {
     (th, tw, th * tw * lanes)
 }
 
-/// V from the input's layout `planes` into `v` ([16][C_in][columns]).
-fn transform_input(s: &ConvShape, l: Layout, planes: &[f32], v: &mut [f32]) {
-    let ci = s.channels_in;
-    let (th, tw, cols) = tile_grid(s, l.lanes);
+/// Calls `visit(channel, (ty, tx), (column, l0))` for every channel, tile and vector of lanes
+/// l0..l0 + LANES (`column`: that vector's first column of the transformed matrices), all in
+/// one function compiled for the widest instruction set.
+#[inline(always)]
+fn each_tile(
+    s: &ConvShape,
+    channels: usize,
+    lanes: usize,
+    mut visit: impl FnMut(usize, (usize, usize), (usize, usize)),
+) {
+    let (th, tw) = tiles(s);
     vectorised(
         #[inline(always)]
         || {
-            for c in 0..ci {
+            for c in 0..channels {
                 for ty in 0..th {
                     for tx in 0..tw {
-                        let col = (ty * tw + tx) * l.lanes;
-                        for l0 in (0..l.lanes).step_by(LANES) {
-                            let mut d = [[0.0f32; LANES]; 16];
-                            for (e, d) in d.iter_mut().enumerate() {
-                                *d = lanes(planes, l.at(c, 2 * ty + e / 4, 2 * tx + e % 4) + l0);
-                            }
-                            for (xi, t) in input_transform(&d).iter().enumerate() {
-                                let to = (xi * ci + c) * cols + col + l0;
-                                v[to..to + LANES].copy_from_slice(t);
-                            }
+                        let col = (ty * tw + tx) * lanes;
+                        for l0 in (0..lanes).step_by(LANES) {
+                            visit(c, (ty, tx), (col + l0, l0));
                         }
                     }
                 }
@@ -436,30 +458,34 @@ fn transform_input(s: &ConvShape, l: Layout, planes: &[f32], v: &mut [f32]) {
     )
 }
 
+/// V from the input's layout `planes` into `v` ([16][C_in][columns]).
+fn transform_input(s: &ConvShape, l: Layout, planes: &[f32], v: &mut [f32]) {
+    let (ci, cols) = (s.channels_in, tile_grid(s, l.lanes).2);
+    each_tile(
+        s,
+        ci,
+        l.lanes,
+        #[inline(always)]
+        |c, (ty, tx), (col, l0)| {
+            let d = gather(planes, |e| l.at(c, 2 * ty + e / 4, 2 * tx + e % 4) + l0);
+            scatter(v, &input_transform(&d), |xi| (xi * ci + c) * cols + col);
+        },
+    )
+}
+
 /// The output's layout into `planes` from M (`m`, [16][C_out][columns]).
 fn transform_output(s: &ConvShape, l: Layout, m: &[f32], planes: &mut [f32]) {
-    let co = s.channels_out;
-    let (th, tw, cols) = tile_grid(s, l.lanes);
-    vectorised(
+    let (co, cols) = (s.channels_out, tile_grid(s, l.lanes).2);
+    each_tile(
+        s,
+        co,
+        l.lanes,
         #[inline(always)]
-        || {
-            for o in 0..co {
-                for ty in 0..th {
-                    for tx in 0..tw {
-                        let col = (ty * tw + tx) * l.lanes;
-                        for l0 in (0..l.lanes).step_by(LANES) {
-                            let mut mt = [[0.0f32; LANES]; 16];
-                            for (xi, mt) in mt.iter_mut().enumerate() {
-                                *mt = lanes(m, (xi * co + o) * cols + col + l0);
-                            }
-                            for (e, y) in output_transform(&mt).iter().enumerate() {
-                                let to = l.at(o, 2 * ty + e / 2, 2 * tx + e % 2) + l0;
-                                planes[to..to + LANES].copy_from_slice(y);
-                            }
-                        }
-                    }
-                }
-            }
+        |o, (ty, tx), (col, l0)| {
+            let mt = gather(m, |xi| (xi * co + o) * cols + col);
+            scatter(planes, &output_transform(&mt), |e| {
+                l.at(o, 2 * ty + e / 2, 2 * tx + e % 2) + l0
+            });
         },
     )
 }
@@ -467,28 +493,15 @@ fn transform_output(s: &ConvShape, l: Layout, m: &[f32], planes: &mut [f32]) {
 /// dM into `m` ([16][C_out][columns]) from the output adjoint's layout `planes` (zeros at the
 /// hanging tiles' entries outside the map).
 fn transform_output_adjoint(s: &ConvShape, l: Layout, planes: &[f32], m: &mut [f32]) {
-    let co = s.channels_out;
-    let (th, tw, cols) = tile_grid(s, l.lanes);
-    vectorised(
+    let (co, cols) = (s.channels_out, tile_grid(s, l.lanes).2);
+    each_tile(
+        s,
+        co,
+        l.lanes,
         #[inline(always)]
-        || {
-            for o in 0..co {
-                for ty in 0..th {
-                    for tx in 0..tw {
-                        let col = (ty * tw + tx) * l.lanes;
-                        for l0 in (0..l.lanes).step_by(LANES) {
-                            let mut dy = [[0.0f32; LANES]; 4];
-                            for (e, dy) in dy.iter_mut().enumerate() {
-                                *dy = lanes(planes, l.at(o, 2 * ty + e / 2, 2 * tx + e % 2) + l0);
-                            }
-                            for (xi, dm) in output_adjoint(&dy).iter().enumerate() {
-                                let to = (xi * co + o) * cols + col + l0;
-                                m[to..to + LANES].copy_from_slice(dm);
-                            }
-                        }
-                    }
-                }
-            }
+        |o, (ty, tx), (col, l0)| {
+            let dy = gather(planes, |e| l.at(o, 2 * ty + e / 2, 2 * tx + e % 2) + l0);
+            scatter(m, &output_adjoint(&dy), |xi| (xi * co + o) * cols + col);
         },
     )
 }
@@ -496,32 +509,21 @@ fn transform_output_adjoint(s: &ConvShape, l: Layout, planes: &[f32], m: &mut [f
 /// The input adjoint's layout into `planes` (zeroed here) from dV (`dv`, [16][C_in][columns]):
 /// each tile's B dV B^T added at its 4 x 4 entries.
 fn transform_input_adjoint(s: &ConvShape, l: Layout, dv: &[f32], planes: &mut Vec<f32>) {
-    let ci = s.channels_in;
-    let (th, tw, cols) = tile_grid(s, l.lanes);
+    let (ci, cols) = (s.channels_in, tile_grid(s, l.lanes).2);
     planes.clear();
     planes.resize(l.len(ci), 0.0);
-    vectorised(
+    each_tile(
+        s,
+        ci,
+        l.lanes,
         #[inline(always)]
-        || {
-            for c in 0..ci {
-                for ty in 0..th {
-                    for tx in 0..tw {
-                        let col = (ty * tw + tx) * l.lanes;
-                        for l0 in (0..l.lanes).step_by(LANES) {
-                            let mut t = [[0.0f32; LANES]; 16];
-                            for (xi, t) in t.iter_mut().enumerate() {
-                                *t = lanes(dv, (xi * ci + c) * cols + col + l0);
-                            }
-                            for (e, dd) in input_adjoint(&t).iter().enumerate() {
-                                let to = l.at(c, 2 * ty + e / 4, 2 * tx + e % 4) + l0;
-                                let acc: &mut [f32; LANES] =
-                                    (&mut planes[to..to + LANES]).try_into().unwrap();
-                                for (a, v) in acc.iter_mut().zip(dd) {
-                                    *a += v;
-                                }
-                            }
-                        }
-                    }
+        |c, (ty, tx), (col, l0)| {
+            let t = gather(dv, |xi| (xi * ci + c) * cols + col);
+            for (e, dd) in input_adjoint(&t).iter().enumerate() {
+                let to = l.at(c, 2 * ty + e / 4, 2 * tx + e % 4) + l0;
+                let acc: &mut [f32; LANES] = (&mut planes[to..to + LANES]).try_into().unwrap();
+                for (a, v) in acc.iter_mut().zip(dd) {
+                    *a += v;
                 }
             }
         },
