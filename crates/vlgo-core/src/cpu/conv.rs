@@ -379,12 +379,8 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
         }
         add_bias(s, out, bias);
     };
-    if conv_positions::applies(s) || conv_winograd::applies(s) {
-        let mut out = if conv_positions::applies(s) {
-            conv_positions::forward(s, x, weight)
-        } else {
-            conv_winograd::forward(s, x, weight)
-        };
+    if let Some(whole) = Whole::of(s) {
+        let mut out = whole.forward(s, x, weight);
         // SAFETY: `add_bias` writes initialised values only.
         add_bias(s, unsafe { as_uninit(&mut out) }, bias);
         return out;
@@ -412,6 +408,54 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
                 .zip(x.par_chunks(g * s.image_in()))
                 .for_each_init(|| (Vec::new(), Vec::new()), job)
         })
+    }
+}
+
+/// The paths that take the whole batch at once and return their results (no bias).
+#[derive(Debug, Clone, Copy)]
+enum Whole {
+    /// Outputs of at most 4 positions ([`conv_positions`]).
+    Positions,
+    /// 3 x 3 stride-1 convolutions on small maps ([`conv_winograd`]).
+    Winograd,
+}
+
+impl Whole {
+    /// The whole-batch path that takes the shape, if one does.
+    fn of(s: &ConvShape) -> Option<Self> {
+        if conv_positions::applies(s) {
+            Some(Self::Positions)
+        } else if conv_winograd::applies(s) {
+            Some(Self::Winograd)
+        } else {
+            None
+        }
+    }
+
+    /// The path's forward (without the bias).
+    fn forward(self, s: &ConvShape, x: &[f32], weight: &[f32]) -> Vec<f32> {
+        match self {
+            Self::Positions => conv_positions::forward(s, x, weight),
+            Self::Winograd => conv_winograd::forward(s, x, weight),
+        }
+    }
+
+    /// The path's adjoints (what [`backward`] returns).
+    fn backward(
+        self,
+        s: &ConvShape,
+        x: &[f32],
+        weight: &[f32],
+        grad: &[f32],
+        want_input: bool,
+        want_weight: bool,
+    ) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+        match self {
+            Self::Positions => {
+                conv_positions::backward(s, x, weight, grad, want_input, want_weight)
+            }
+            Self::Winograd => conv_winograd::backward(s, x, weight, grad, want_input, want_weight),
+        }
     }
 }
 
@@ -508,11 +552,8 @@ pub(crate) fn backward(
 ) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
     let (k, p, co) = (s.rows(), s.positions(), s.channels_out);
     let wsize = co * k;
-    if conv_positions::applies(s) && (want_input || want_weight) {
-        return conv_positions::backward(s, x, weight, grad, want_input, want_weight);
-    }
-    if conv_winograd::applies(s) && s.batch > 0 && (want_input || want_weight) {
-        return conv_winograd::backward(s, x, weight, grad, want_input, want_weight);
+    if let Some(whole) = Whole::of(s).filter(|_| s.batch > 0 && (want_input || want_weight)) {
+        return whole.backward(s, x, weight, grad, want_input, want_weight);
     }
     let mut dx = want_input.then(|| vec![0.0f32; s.batch * s.image_in()]);
     if s.batch == 0 || p == 0 || !(want_input || want_weight) {

@@ -589,10 +589,13 @@ pub(crate) fn backward(
     let groups = s.batch.div_ceil(g);
     let per_chunk = groups.div_ceil(WEIGHT_CHUNKS.min(groups).max(1)) * g;
     let u = want_input.then(|| transform_weights(weight, co, ci));
-    let chunk = |first: usize, mut dx: Option<&mut [MaybeUninit<f32>]>| -> Option<Vec<f32>> {
+    // Each chunk's part of the weight's adjoint, the scratch kept across the chunks of a job.
+    let chunk = |scratch: &mut Scratch,
+                 first: usize,
+                 mut dx: Option<&mut [MaybeUninit<f32>]>|
+     -> Option<Vec<f32>> {
         let count = per_chunk.min(s.batch - first);
         let mut du = want_weight.then(|| vec![0.0f32; 16 * co * ci]);
-        let mut scratch = Scratch::default();
         for start in (0..count).step_by(g) {
             let (n0, images) = (first + start, g.min(count - start));
             let (input, output) = (Layout::new(s, images, true), Layout::new(s, images, false));
@@ -658,7 +661,9 @@ pub(crate) fn backward(
                 partials = dx
                     .par_chunks_mut(per_chunk * image_in)
                     .enumerate()
-                    .map(|(k, dx)| chunk(k * per_chunk, Some(dx)))
+                    .map_init(Scratch::default, |scratch, (k, dx)| {
+                        chunk(scratch, k * per_chunk, Some(dx))
+                    })
                     .collect();
             })
         }
@@ -666,7 +671,9 @@ pub(crate) fn backward(
     if !want_input {
         partials = (0..chunks)
             .into_par_iter()
-            .map(|k| chunk(k * per_chunk, None))
+            .map_init(Scratch::default, |scratch, k| {
+                chunk(scratch, k * per_chunk, None)
+            })
             .collect();
     }
     let dw = want_weight.then(|| {
