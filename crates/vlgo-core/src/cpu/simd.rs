@@ -366,14 +366,12 @@ fn lu_factor_body<F: Fma, const R: usize, const W: usize>(
         let end = k0 + width;
         factor_panel::<F>(a, l, perm, n, k0, width);
         if end < n {
-            // U's rows k0..end right of the panel: forward substitution with the panel's unit
-            // lower triangle.
-            for i in k0 + 1..end {
-                let (done, rest) = a.split_at_mut(i * n);
-                let row = &mut rest[end..n];
-                for c in k0..i {
-                    axpy_body::<F>(-l[i * n + c], &done[c * n + end..c * n + n], row);
-                }
+            // U's rows k0..end right of the panel (only the last panel may be narrower than
+            // PANEL, and it has nothing on its right), in registers strip by strip.
+            match W {
+                32.. => panel_rows::<F, 16>(a, l, n, k0),
+                16..32 => panel_rows::<F, 8>(a, l, n, k0),
+                _ => panel_rows::<F, 4>(a, l, n, k0),
             }
             let (top, bottom) = a.split_at_mut(end * n);
             let mut trailing = Trailing::<F> {
@@ -390,6 +388,43 @@ fn lu_factor_body<F: Fma, const R: usize, const W: usize>(
             }
         }
         k0 = end;
+    }
+}
+
+/// U's rows k0..k0 + PANEL right of a full panel (columns k0 + PANEL..n): forward substitution
+/// with the panel's unit lower triangle, the PANEL rows of an S-wide strip held in registers
+/// (the same multiply-adds in the same order as one axpy per multiplier, which would load and
+/// store every row once per multiplier); strips of S, then 8, then single columns.
+#[inline(always)]
+fn panel_rows<F: Fma, const S: usize>(a: &mut [f32], l: &[f32], n: usize, k0: usize) {
+    #[inline(always)]
+    fn strip<F: Fma, const S: usize>(a: &mut [f32], l: &[f32], n: usize, k0: usize, j0: usize) {
+        let mut acc = [[0f32; S]; PANEL];
+        for (r, row) in acc.iter_mut().enumerate() {
+            row.copy_from_slice(&a[(k0 + r) * n + j0..][..S]);
+        }
+        let how = Triangle {
+            ascending: true,
+            transposed: false,
+            unit: true,
+        };
+        triangle::<F, PANEL, S>(&mut acc, &diagonal_block(l, n, k0), how);
+        for (r, row) in acc.iter().enumerate().skip(1) {
+            a[(k0 + r) * n + j0..][..S].copy_from_slice(row);
+        }
+    }
+    let mut j0 = k0 + PANEL;
+    while j0 + S <= n {
+        strip::<F, S>(a, l, n, k0, j0);
+        j0 += S;
+    }
+    if S > 8 && j0 + 8 <= n {
+        strip::<F, 8>(a, l, n, k0, j0);
+        j0 += 8;
+    }
+    while j0 < n {
+        strip::<F, 1>(a, l, n, k0, j0);
+        j0 += 1;
     }
 }
 
@@ -433,19 +468,30 @@ fn factor_panel<F: Fma>(
         if width == PANEL {
             let mut pivot = [0f32; PANEL];
             pivot[next..].copy_from_slice(&top[k * n + k + 1..k * n + end]);
-            for (r, row) in rest.chunks_exact_mut(n).enumerate() {
-                let m = row[k] * inv;
-                l[(k + 1 + r) * n + k] = m;
-                let seg: &mut [f32; PANEL] = (&mut row[k0..end]).try_into().unwrap();
-                for j in 0..PANEL {
-                    seg[j] = F::fma(-m, pivot[j], seg[j]);
-                }
-                if next < PANEL {
+            let rows = rest
+                .chunks_exact_mut(n)
+                .zip(l[(k + 1) * n..].chunks_exact_mut(n));
+            // Two copies of the row loop, so that the one run per row does not test whether
+            // there is a next column to search.
+            if next < PANEL {
+                for (r, (row, l_row)) in rows.enumerate() {
+                    let seg: &mut [f32; PANEL] = (&mut row[k0..end]).try_into().unwrap();
+                    let m = seg[next - 1] * inv;
+                    l_row[k] = m;
+                    for j in 0..PANEL {
+                        seg[j] = F::fma(-m, pivot[j], seg[j]);
+                    }
                     let v = seg[next].abs();
                     if v > new_best {
                         new_best = v;
                         new_piv = k + 1 + r;
                     }
+                }
+            } else {
+                // The panel's last column: multipliers only (the update would reach only
+                // entries at and left of the column, which are scratch).
+                for (row, l_row) in rows {
+                    l_row[k] = row[k] * inv;
                 }
             }
         } else {
@@ -506,31 +552,59 @@ impl<F: Fma> RowBlocks for Trailing<'_, F> {
     }
 }
 
-/// One row's strip of a substitution inside a block, on the stored rows: x_i <- scale (x_i -
-/// sum_{k in ks} coef(k) x_k), columns j0..j0 + W, the row held in registers.
+/// The diagonal R x R block of a factor at (i0, i0), row by row (references, so that each
+/// coefficient is broadcast straight from memory).
 #[inline(always)]
-fn substitute<F: Fma, const W: usize>(
-    x: &mut [f32],
-    n: usize,
-    (i, j0): (usize, usize),
-    ks: std::ops::Range<usize>,
-    coef: impl Fn(usize) -> f32,
-    scale: f32,
+fn diagonal_block<const R: usize>(m: &[f32], n: usize, i0: usize) -> [&[f32; R]; R] {
+    std::array::from_fn(|r| m[(i0 + r) * n + i0..][..R].try_into().unwrap())
+}
+
+/// How [`triangle`] reads its diagonal block of a factor.
+#[derive(Clone, Copy)]
+struct Triangle {
+    /// Rows in ascending order (a lower triangle of the block's matrix) or descending (upper).
+    ascending: bool,
+    /// The block holds the transpose of the triangle's matrix.
+    transposed: bool,
+    /// The diagonal is ones (L); otherwise each row is divided by its diagonal entry (U).
+    unit: bool,
+}
+
+/// The triangle inside a block of R rows held in registers: row by row (ascending or
+/// descending), row r <- (row r - sum_c t(r, c) row c) (1 / t(r, r)) over the rows c already
+/// done (c < r ascending, c > r descending), c in the order of the loop, with t the diagonal
+/// block (or its transpose). All indices are constants once R is, so the rows stay in registers (a
+/// run-time row index would keep them in memory).
+#[inline(always)]
+fn triangle<F: Fma, const R: usize, const W: usize>(
+    acc: &mut [[f32; W]; R],
+    block: &[&[f32; R]; R],
+    how: Triangle,
 ) {
-    let mut row: [f32; W] = x[i * n + j0..][..W].try_into().unwrap();
-    for k in ks {
-        let c = -coef(k);
-        let solved: &[f32; W] = x[k * n + j0..][..W].try_into().unwrap();
-        for j in 0..W {
-            row[j] = F::fma(c, solved[j], row[j]);
+    for step in 0..R {
+        let r = if how.ascending { step } else { R - 1 - step };
+        let done = if how.ascending { 0..r } else { r + 1..R };
+        for c in done {
+            let m = -if how.transposed {
+                block[c][r]
+            } else {
+                block[r][c]
+            };
+            // Indexed: the two rows are entries of one array in registers.
+            #[allow(clippy::needless_range_loop)]
+            for j in 0..W {
+                acc[r][j] = F::fma(m, acc[c][j], acc[r][j]);
+            }
+        }
+        if !how.unit {
+            let s = 1.0 / block[r][r];
+            if s != 1.0 {
+                for v in acc[r].iter_mut() {
+                    *v *= s;
+                }
+            }
         }
     }
-    if scale != 1.0 {
-        for v in row.iter_mut() {
-            *v *= scale;
-        }
-    }
-    x[i * n + j0..][..W].copy_from_slice(&row);
 }
 
 /// Forward substitution for rows i0..i0 + R of X, columns j0..j0 + W: x_i = b_i - sum_{k<i}
@@ -565,13 +639,14 @@ fn lower_tile<F: Fma, const R: usize, const W: usize>(
             }
         }
     }
+    let how = Triangle {
+        ascending: true,
+        transposed: false,
+        unit: true,
+    };
+    triangle::<F, R, W>(&mut acc, &diagonal_block(l, n, i0), how);
     for (r, row) in acc.iter().enumerate() {
         x[(i0 + r) * n + j0..][..W].copy_from_slice(row);
-    }
-    // The triangle inside the block, on the stored rows: indexing the accumulators by a
-    // run-time row would keep them in memory for the whole loop above.
-    for i in i0 + 1..i0 + R {
-        substitute::<F, W>(x, n, (i, j0), i0..i, |k| l[i * n + k], 1.0);
     }
 }
 
@@ -604,13 +679,14 @@ fn upper_tile<F: Fma, const R: usize, const W: usize>(
             }
         }
     }
+    let how = Triangle {
+        ascending: false,
+        transposed: false,
+        unit: false,
+    };
+    triangle::<F, R, W>(&mut acc, &diagonal_block(u, n, i0), how);
     for (r, row) in acc.iter().enumerate() {
         x[(i0 + r) * n + j0..][..W].copy_from_slice(row);
-    }
-    // The triangle inside the block on the stored rows, as in `lower_tile`.
-    for i in (i0..i0 + R).rev() {
-        let inv = 1.0 / u[i * n + i];
-        substitute::<F, W>(x, n, (i, j0), i + 1..i0 + R, |k| u[i * n + k], inv);
     }
 }
 
@@ -774,12 +850,14 @@ fn upper_t_tile<F: Fma, const R: usize, const W: usize>(
             }
         }
     }
+    let how = Triangle {
+        ascending: true,
+        transposed: true,
+        unit: false,
+    };
+    triangle::<F, R, W>(&mut acc, &diagonal_block(u, n, i0), how);
     for (r, row) in acc.iter().enumerate() {
         x[(i0 + r) * n + j0..][..W].copy_from_slice(row);
-    }
-    for i in i0..i0 + R {
-        let inv = 1.0 / u[i * n + i];
-        substitute::<F, W>(x, n, (i, j0), i0..i, |k| u[k * n + i], inv);
     }
 }
 
@@ -809,11 +887,14 @@ fn lower_t_tile<F: Fma, const R: usize, const W: usize>(
             }
         }
     }
+    let how = Triangle {
+        ascending: false,
+        transposed: true,
+        unit: true,
+    };
+    triangle::<F, R, W>(&mut acc, &diagonal_block(l, n, i0), how);
     for (r, row) in acc.iter().enumerate() {
         x[(i0 + r) * n + j0..][..W].copy_from_slice(row);
-    }
-    for i in (i0..i0 + R).rev() {
-        substitute::<F, W>(x, n, (i, j0), i + 1..i0 + R, |k| l[k * n + i], 1.0);
     }
 }
 
