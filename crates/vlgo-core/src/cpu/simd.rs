@@ -351,7 +351,7 @@ const PANEL: usize = 8;
 /// product of depth PANEL in the register tiles of [`matmul`] (a rank-1 update per column would
 /// load and store the whole trailing matrix once per column).
 #[inline(always)]
-fn lu_factor_body<F: Fma, const R: usize, const W: usize>(
+fn lu_factor_body<F: Fma, const R: usize, const W: usize, const COLUMNS: bool>(
     a: &mut [f32],
     l: &mut [f32],
     perm: &mut [usize],
@@ -360,11 +360,16 @@ fn lu_factor_body<F: Fma, const R: usize, const W: usize>(
     for (i, p) in perm.iter_mut().enumerate().take(n) {
         *p = i;
     }
+    let mut columns = Columns::new();
     let mut k0 = 0;
     while k0 < n {
         let width = PANEL.min(n - k0);
         let end = k0 + width;
-        factor_panel::<F>(a, l, perm, n, k0, width);
+        if COLUMNS && width == PANEL && n <= COLUMN_ROWS {
+            columns.factor::<F>(a, l, perm, n, k0);
+        } else {
+            factor_panel::<F>(a, l, perm, n, k0, width);
+        }
         if end < n {
             // U's rows k0..end right of the panel (only the last panel may be narrower than
             // PANEL, and it has nothing on its right), in registers strip by strip.
@@ -426,6 +431,172 @@ fn panel_rows<F: Fma, const S: usize>(a: &mut [f32], l: &[f32], n: usize, k0: us
         strip::<F, 1>(a, l, n, k0, j0);
         j0 += 1;
     }
+}
+
+/// The most rows for which a full panel is factored in a column-major copy ([`Columns`]).
+const COLUMN_ROWS: usize = 128;
+
+/// Lanes of the column-major panel's vector loops.
+const LANES: usize = 16;
+
+/// A full panel (PANEL columns, rows k0..n) copied column by column, so that the pivot search,
+/// the multipliers and the panel's updates each run down a contiguous column LANES rows at a
+/// time, where the row-major panel takes one row per step ([`factor_panel`]). Each column is
+/// padded with NaN past its last row: vector steps that reach past it change only padding, and
+/// NaN never wins the pivot search.
+struct Columns {
+    cols: [[f32; STRIDE]; PANEL],
+}
+
+/// The length of a column of [`Columns`].
+const STRIDE: usize = COLUMN_ROWS + LANES;
+
+impl Columns {
+    #[inline(always)]
+    fn new() -> Self {
+        Columns {
+            cols: [[f32::NAN; STRIDE]; PANEL],
+        }
+    }
+
+    /// Factors the full panel k0..k0 + PANEL of an n x n matrix (n <= COLUMN_ROWS) in place,
+    /// with the same operations in the same order as [`factor_panel`]: the same pivots (the
+    /// first row of largest magnitude), multipliers and updated entries, to the bit.
+    #[inline(always)]
+    fn factor<F: Fma>(
+        &mut self,
+        a: &mut [f32],
+        l: &mut [f32],
+        perm: &mut [usize],
+        n: usize,
+        k0: usize,
+    ) {
+        let end = k0 + PANEL;
+        let rows = n - k0;
+        let cols = &mut self.cols;
+        // In: rows k0..n of the panel's columns, 8 x 8 blocks at a time.
+        let mut i = 0;
+        while i + 8 <= rows {
+            transpose8(
+                &a[(k0 + i) * n + k0..],
+                n,
+                &mut cols.as_flattened_mut()[i..],
+                STRIDE,
+            );
+            i += 8;
+        }
+        for i in i..rows {
+            for (j, col) in cols.iter_mut().enumerate() {
+                col[i] = a[(k0 + i) * n + k0 + j];
+            }
+        }
+        for col in cols.iter_mut() {
+            col[rows..rows + LANES].fill(f32::NAN);
+        }
+        for c in 0..PANEL {
+            let k = k0 + c;
+            // A pass of its own: searching the next column in the pass that updates it (as
+            // the row panel does) measured slower.
+            let piv = first_largest(&lane_largest(&cols[c], c, rows), &cols[c], c, rows);
+            if piv != c {
+                for col in cols.iter_mut() {
+                    col.swap(c, piv);
+                }
+                let p = k0 + piv;
+                let (upper, lower) = a.split_at_mut(p * n);
+                upper[k * n + end..k * n + n].swap_with_slice(&mut lower[end..n]);
+                let (upper, lower) = l.split_at_mut(p * n);
+                upper[k * n..k * n + k0].swap_with_slice(&mut lower[..k0]);
+                perm.swap(k, p);
+            }
+            let inv = 1.0 / cols[c][c];
+            let pivot: [f32; PANEL] = std::array::from_fn(|j| cols[j][c]);
+            let (done, right) = cols.split_at_mut(c + 1);
+            let multipliers = &mut done[c];
+            let mut i = c + 1;
+            while i < rows {
+                let m: &mut [f32; LANES] = (&mut multipliers[i..i + LANES]).try_into().unwrap();
+                for v in m.iter_mut() {
+                    *v *= inv;
+                }
+                for (col, &p) in right.iter_mut().zip(&pivot[c + 1..]) {
+                    let x: &mut [f32; LANES] = (&mut col[i..i + LANES]).try_into().unwrap();
+                    for t in 0..LANES {
+                        x[t] = F::fma(-m[t], p, x[t]);
+                    }
+                }
+                i += LANES;
+            }
+        }
+        // Out: U's rows of the panel into `a` (the whole 8 x 8 block: below its diagonal is
+        // scratch), the multipliers into `l` below the diagonal.
+        for r in 0..PANEL {
+            for (j, col) in cols.iter().enumerate() {
+                a[(k0 + r) * n + k0 + j] = col[r];
+            }
+            for (j, col) in cols.iter().enumerate().take(r) {
+                l[(k0 + r) * n + k0 + j] = col[r];
+            }
+        }
+        let mut i = PANEL;
+        while i + 8 <= rows {
+            transpose8(
+                &cols.as_flattened()[i..],
+                STRIDE,
+                &mut l[(k0 + i) * n + k0..],
+                n,
+            );
+            i += 8;
+        }
+        for i in i..rows {
+            for (j, col) in cols.iter().enumerate() {
+                l[(k0 + i) * n + k0 + j] = col[i];
+            }
+        }
+    }
+}
+
+/// Each lane's largest magnitude in a column-major panel's column from row `from` (of `rows`;
+/// `col` is padded with NaN to `rows` + LANES), -1 in lanes that saw only NaN: a select on
+/// `>`, which NaN never passes.
+#[inline(always)]
+fn lane_largest(col: &[f32], from: usize, rows: usize) -> [f32; LANES] {
+    let mut best = [-1.0f32; LANES];
+    let mut i = from;
+    while i < rows {
+        let x: &[f32; LANES] = col[i..i + LANES].try_into().unwrap();
+        for t in 0..LANES {
+            let v = x[t].abs();
+            best[t] = if v > best[t] { v } else { best[t] };
+        }
+        i += LANES;
+    }
+    best
+}
+
+/// The pivot from the lanes' largest magnitudes ([`lane_largest`]): the first row from `from`
+/// whose magnitude is the largest, as a plain scan with `>` finds it (NaN never wins; `from`
+/// when every candidate is NaN).
+#[inline(always)]
+fn first_largest(best: &[f32; LANES], col: &[f32], from: usize, rows: usize) -> usize {
+    let mut best = *best;
+    let mut half = LANES / 2;
+    while half > 0 {
+        for t in 0..half {
+            best[t] = if best[t + half] > best[t] {
+                best[t + half]
+            } else {
+                best[t]
+            };
+        }
+        half /= 2;
+    }
+    let top = best[0];
+    if top < 0.0 {
+        return from;
+    }
+    let at = col[from..rows].iter().position(|x| x.abs() == top);
+    from + at.expect("the largest magnitude lies in the column")
 }
 
 /// Factors the panel's columns k0..k0 + width in place: per column the pivot (the first row of
@@ -1113,7 +1284,7 @@ macro_rules! instantiate {
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
-                lu_factor_body::<$fma, $rows, $width>(a, l, perm, n)
+                lu_factor_body::<$fma, $rows, $width, true>(a, l, perm, n)
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_solve(
@@ -1467,6 +1638,67 @@ pub fn transpose(a: &[f32], out: &mut [f32], n: usize) {
     transpose_blocks(a, out, n, 0);
 }
 
+/// One 8 x 8 block transposed: row r of `src` (8 floats from r * src_stride) becomes column r
+/// of `dst` (rows from r * dst_stride), with AVX shuffles where the CPU has them.
+#[inline(always)]
+fn transpose8(src: &[f32], src_stride: usize, dst: &mut [f32], dst_stride: usize) {
+    assert!(src.len() >= 7 * src_stride + 8 && dst.len() >= 7 * dst_stride + 8);
+    #[cfg(target_arch = "x86_64")]
+    if isa() != Isa::Portable {
+        // SAFETY: AVX2 (and so AVX) reported by `isa()`; lengths checked above.
+        unsafe { avx_transpose8(src, src_stride, dst, dst_stride) };
+        return;
+    }
+    for r in 0..8 {
+        for c in 0..8 {
+            dst[c * dst_stride + r] = src[r * src_stride + c];
+        }
+    }
+}
+
+/// [`transpose8`] with AVX: the caller checks that both slices hold 8 rows of 8 at their
+/// strides.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn avx_transpose8(src: &[f32], src_stride: usize, dst: &mut [f32], dst_stride: usize) {
+    use std::arch::x86_64::*;
+    debug_assert!(src.len() >= 7 * src_stride + 8 && dst.len() >= 7 * dst_stride + 8);
+    // SAFETY: the caller guarantees 8 rows of 8 floats at these strides in both slices.
+    unsafe {
+        let r: [__m256; 8] =
+            std::array::from_fn(|k| _mm256_loadu_ps(src.as_ptr().add(k * src_stride)));
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let c = [
+            _mm256_permute2f128_ps::<0x20>(s0, s4),
+            _mm256_permute2f128_ps::<0x20>(s1, s5),
+            _mm256_permute2f128_ps::<0x20>(s2, s6),
+            _mm256_permute2f128_ps::<0x20>(s3, s7),
+            _mm256_permute2f128_ps::<0x31>(s0, s4),
+            _mm256_permute2f128_ps::<0x31>(s1, s5),
+            _mm256_permute2f128_ps::<0x31>(s2, s6),
+            _mm256_permute2f128_ps::<0x31>(s3, s7),
+        ];
+        for (k, v) in c.into_iter().enumerate() {
+            _mm256_storeu_ps(dst.as_mut_ptr().add(k * dst_stride), v);
+        }
+    }
+}
+
 /// Scalar transpose of the blocks from row and column `from` on, plus the edges: all of it
 /// for `from` = 0.
 fn transpose_blocks(a: &[f32], out: &mut [f32], n: usize, from: usize) {
@@ -1490,45 +1722,12 @@ fn transpose_blocks(a: &[f32], out: &mut [f32], n: usize, from: usize) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn avx_transpose(a: &[f32], out: &mut [f32], n: usize) {
-    use std::arch::x86_64::*;
     let full = n / 8 * 8;
     for i0 in (0..full).step_by(8) {
         for j0 in (0..full).step_by(8) {
-            // SAFETY: rows i0..i0+8 and columns j0..j0+8 lie inside the n x n matrix, so every
-            // 8-float load and store stays within its slice.
-            unsafe {
-                let r: [__m256; 8] =
-                    std::array::from_fn(|k| _mm256_loadu_ps(a.as_ptr().add((i0 + k) * n + j0)));
-                let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-                let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-                let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-                let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-                let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-                let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-                let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-                let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-                let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                let c = [
-                    _mm256_permute2f128_ps::<0x20>(s0, s4),
-                    _mm256_permute2f128_ps::<0x20>(s1, s5),
-                    _mm256_permute2f128_ps::<0x20>(s2, s6),
-                    _mm256_permute2f128_ps::<0x20>(s3, s7),
-                    _mm256_permute2f128_ps::<0x31>(s0, s4),
-                    _mm256_permute2f128_ps::<0x31>(s1, s5),
-                    _mm256_permute2f128_ps::<0x31>(s2, s6),
-                    _mm256_permute2f128_ps::<0x31>(s3, s7),
-                ];
-                for (k, v) in c.into_iter().enumerate() {
-                    _mm256_storeu_ps(out.as_mut_ptr().add((j0 + k) * n + i0), v);
-                }
-            }
+            // SAFETY: AVX as for this function; rows i0..i0+8 and columns j0..j0+8 lie inside
+            // the n x n matrix, so every 8-float row of the block lies inside its slice.
+            unsafe { avx_transpose8(&a[i0 * n + j0..], n, &mut out[j0 * n + i0..], n) };
         }
     }
     if full < n {
@@ -1554,6 +1753,56 @@ mod tests {
     /// The factorisation and both solves of every instantiation this CPU can run (the portable
     /// one always: other CPUs run it, and its tiles are 4 x 8 instead of 6 x 32), on sizes that
     /// reach every row block, column strip and a narrower last panel.
+    /// The column-major panels ([`Columns`]) factor as the row-major ones do, to the bit: the
+    /// same pivots (ties in magnitude go to the first row, NaN never wins), multipliers and U,
+    /// with and without FMA, on sizes with a narrower last panel and rows left over from the
+    /// 8 x 8 transposes.
+    #[test]
+    fn column_panels_factor_as_row_panels_do() {
+        fn factors<F: Fma>(a: &[f32], n: usize, columns: bool) -> (Vec<u32>, Vec<usize>) {
+            let (mut u, mut l, mut perm) = (a.to_vec(), vec![0.0; n * n], vec![0; n]);
+            if columns {
+                lu_factor_body::<F, 4, 8, true>(&mut u, &mut l, &mut perm, n);
+            } else {
+                lu_factor_body::<F, 4, 8, false>(&mut u, &mut l, &mut perm, n);
+            }
+            // U on and above the diagonal, L below it: the rest is scratch.
+            let bits = (0..n * n)
+                .map(|k| if k % n >= k / n { u[k] } else { l[k] }.to_bits())
+                .collect();
+            (bits, perm)
+        }
+        for n in [8, 13, 21, 64, 100, 128] {
+            // Magnitudes from a set of four, so that pivot candidates tie; a zero diagonal.
+            let mut a: Vec<f32> = (0..n * n)
+                .map(|k| match (k / n, k % n) {
+                    (i, j) if i == j => 0.0,
+                    (i, j) => [-2.0, -1.0, 0.5, 1.0, 2.0][(i * 7 + j * 3) % 5] * (1.0 + j as f32),
+                })
+                .collect();
+            let rows = factors::<Unfused>(&a, n, false);
+            assert_eq!(factors::<Unfused>(&a, n, true), rows, "n = {n}");
+            assert_eq!(
+                factors::<Fused>(&a, n, true),
+                factors::<Fused>(&a, n, false),
+                "n = {n}, fused"
+            );
+            // The pivots moved rows, and the same ones; a NaN below the first pivot is never
+            // chosen and spreads the same way.
+            assert_ne!(
+                rows.1,
+                (0..n).collect::<Vec<_>>(),
+                "n = {n}: no row exchanged"
+            );
+            a[(n - 1) * n] = f32::NAN;
+            assert_eq!(
+                factors::<Unfused>(&a, n, true),
+                factors::<Unfused>(&a, n, false),
+                "n = {n}, NaN"
+            );
+        }
+    }
+
     #[test]
     fn lu_of_every_instruction_set_solves_both_systems() {
         type Kernels = (
