@@ -14,7 +14,8 @@
 //! `--profile-forward` then times only the Padé forward on NdArray at ~1.6, repeated `--reps`
 //! times: the run to put under `perf record`. Like the `vlgo` program, it keeps freed buffers,
 //! the 64 MiB batches included, in the heap (`vlgo_core::cpu::host::keep_freed_buffers`);
-//! `--default-allocator` leaves glibc's defaults.
+//! `--default-allocator` leaves glibc's defaults. `--isa avx2` (or `portable`) caps the kernels'
+//! instruction set, to measure the AVX2 kernels on an AVX-512 machine.
 
 use std::time::Instant;
 
@@ -364,6 +365,10 @@ fn main() {
         vlgo_core::cpu::host::keep_freed_buffers();
     }
     let args = args();
+    if let Some(cap) = std::env::args().skip_while(|a| a != "--isa").nth(1) {
+        let cap = cap.parse().unwrap_or_else(|e| panic!("--isa: {e}"));
+        vlgo_core::cpu::simd::limit_isa(cap).unwrap_or_else(|e| panic!("--isa: {e}"));
+    }
     println!(
         "CPU kernel instruction set: {:?}",
         vlgo_core::cpu::simd::isa()

@@ -1367,25 +1367,108 @@ pub enum Isa {
     Portable,
 }
 
-/// The widest instruction set available, detected once.
-pub fn isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Isa::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Isa::Avx2;
-            }
+impl Isa {
+    /// Vector width order: Portable < Avx2 < Avx512.
+    fn rank(self) -> u8 {
+        match self {
+            Isa::Portable => 0,
+            Isa::Avx2 => 1,
+            Isa::Avx512 => 2,
         }
-        Isa::Portable
-    })
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = crate::VlgoError;
+
+    /// `avx512`, `avx2` or `portable`, as [`limit_isa`] takes them from a command line.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "avx512" | "avx-512" => Ok(Isa::Avx512),
+            "avx2" => Ok(Isa::Avx2),
+            "portable" => Ok(Isa::Portable),
+            _ => Err(crate::VlgoError::InvalidParameter {
+                name: "instruction set",
+                value: s.to_string(),
+                requirement: "one of avx512, avx2, portable",
+            }),
+        }
+    }
+}
+
+/// The instruction set in use, chosen once: the widest the CPU has, or narrower where
+/// [`limit_isa`] capped it before.
+static ISA: OnceLock<Isa> = OnceLock::new();
+
+/// The widest instruction set the CPU has (AVX-512 and AVX2 with FMA only).
+fn detect() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Isa::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Portable
+}
+
+/// The instruction set the kernels use: the widest the CPU has, detected once, unless
+/// [`limit_isa`] capped it first.
+pub fn isa() -> Isa {
+    *ISA.get_or_init(detect)
+}
+
+/// Caps the instruction set of this module's kernels (and of the closures run through
+/// [`vectorised`]) at `cap` for the rest of the process, and returns the set in use: `cap`, or
+/// the CPU's own where that is narrower. Meant for measuring a narrower set's kernels on a wider
+/// machine (the AVX2 kernels on an AVX-512 CPU, as `cargo bench --bench expm -- --isa avx2`
+/// does); products that go through the `gemm` crate choose their own instructions.
+///
+/// # Errors
+///
+/// [`VlgoError::InvalidParameter`](crate::VlgoError::InvalidParameter) when the kernels already
+/// chose a different set (the first kernel call fixes it), which is left as it was.
+///
+/// # Example
+///
+/// ```
+/// use vlgo_core::cpu::simd::{Isa, isa, limit_isa};
+///
+/// let used = limit_isa("portable".parse().unwrap()).unwrap();
+/// assert_eq!(used, Isa::Portable);
+/// assert_eq!(isa(), Isa::Portable);
+/// // The set is fixed now: the same cap is accepted again, and one that would change it (on a
+/// // CPU with AVX2) fails and changes nothing.
+/// assert_eq!(limit_isa(Isa::Portable).unwrap(), Isa::Portable);
+/// if let Err(e) = limit_isa(Isa::Avx2) {
+///     assert!(e.to_string().contains("before the first CPU kernel runs"));
+/// }
+/// assert_eq!(isa(), Isa::Portable);
+/// assert!("avx3".parse::<Isa>().is_err());
+/// ```
+pub fn limit_isa(cap: Isa) -> crate::Result<Isa> {
+    let detected = detect();
+    let wanted = if cap.rank() < detected.rank() {
+        cap
+    } else {
+        detected
+    };
+    let used = *ISA.get_or_init(|| wanted);
+    if used == wanted {
+        Ok(used)
+    } else {
+        Err(crate::VlgoError::InvalidParameter {
+            name: "instruction set cap",
+            value: format!("{cap:?}"),
+            requirement: "a cap takes effect only before the first CPU kernel runs, and the \
+                          kernels already use another set",
+        })
+    }
 }
 
 macro_rules! dispatch {
