@@ -365,8 +365,10 @@ fn main() {
         vlgo_core::cpu::host::keep_freed_buffers();
     }
     let args = args();
-    if let Some(cap) = std::env::args().skip_while(|a| a != "--isa").nth(1) {
-        let cap = cap.parse().unwrap_or_else(|e| panic!("--isa: {e}"));
+    if std::env::args().any(|a| a == "--isa") {
+        let cap = std::env::args().skip_while(|a| a != "--isa").nth(1);
+        let cap = cap.unwrap_or_default().parse();
+        let cap = cap.unwrap_or_else(|e| panic!("--isa: {e}"));
         vlgo_core::cpu::simd::limit_isa(cap).unwrap_or_else(|e| panic!("--isa: {e}"));
     }
     println!(

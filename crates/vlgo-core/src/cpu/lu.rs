@@ -1,6 +1,6 @@
 //! LU factorisation with partial pivoting and solves with n right-hand sides, for one small
-//! matrix in cache: 2n^3/3 flops for the factorisation (blocked by panels of 8 columns, each
-//! factored in a column-major copy for n <= 128), 2n^3 for the two triangular solves (blocks of
+//! matrix in cache: 2n^3/3 flops for the factorisation (blocked by panels of 8 columns, the full
+//! ones factored in a column-major copy for n <= 128), 2n^3 for the two triangular solves (blocks of
 //! rows of the solution held in registers while the solved rows stream past, the triangle inside
 //! each block solved in registers). The bodies live with the other vectorised kernels so that
 //! their inner loops inline per instruction set.

@@ -346,8 +346,10 @@ fn matvec_body<F: Fma>(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
 const PANEL: usize = 8;
 
 /// LU with partial pivoting (see [`lu_factor`]), blocked right-looking: the matrix is factored
-/// PANEL columns at a time ([`factor_panel`]); then the rows of U right of the panel are solved
-/// with the panel's unit lower triangle, and the trailing matrix is updated once per panel by a
+/// PANEL columns at a time (full panels of matrices up to COLUMN_ROWS rows in a column-major copy,
+/// [`Columns`], unless COLUMNS is false; the others in place, [`factor_panel`]: the same
+/// factors either way); then the rows of U right of the panel are solved with the panel's unit
+/// lower triangle ([`panel_rows`]), and the trailing matrix is updated once per panel by a
 /// product of depth PANEL in the register tiles of [`matmul`] (a rank-1 update per column would
 /// load and store the whole trailing matrix once per column).
 #[inline(always)]
@@ -357,16 +359,21 @@ fn lu_factor_body<F: Fma, const R: usize, const W: usize, const COLUMNS: bool>(
     perm: &mut [usize],
     n: usize,
 ) {
+    // Exactly n x n: rows past n in a longer slice would join the row panels' pivot search.
+    let (a, l) = (&mut a[..n * n], &mut l[..n * n]);
     for (i, p) in perm.iter_mut().enumerate().take(n) {
         *p = i;
     }
-    let mut columns = Columns::new();
+    // Built at the first full panel that takes it: filling it costs more than a 3 x 3 LU.
+    let mut columns = None;
     let mut k0 = 0;
     while k0 < n {
         let width = PANEL.min(n - k0);
         let end = k0 + width;
         if COLUMNS && width == PANEL && n <= COLUMN_ROWS {
-            columns.factor::<F>(a, l, perm, n, k0);
+            columns
+                .get_or_insert_with(Columns::new)
+                .factor::<F>(a, l, perm, n, k0);
         } else {
             factor_panel::<F>(a, l, perm, n, k0, width);
         }
@@ -1381,7 +1388,8 @@ impl Isa {
 impl std::str::FromStr for Isa {
     type Err = crate::VlgoError;
 
-    /// `avx512`, `avx2` or `portable`, as [`limit_isa`] takes them from a command line.
+    /// `avx512` (or `avx-512`), `avx2` or `portable`, in any case, as [`limit_isa`] takes them
+    /// from a command line.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "avx512" | "avx-512" => Ok(Isa::Avx512),
@@ -1431,8 +1439,9 @@ pub fn isa() -> Isa {
 ///
 /// # Errors
 ///
-/// [`VlgoError::InvalidParameter`](crate::VlgoError::InvalidParameter) when the kernels already
-/// chose a different set (the first kernel call fixes it), which is left as it was.
+/// [`VlgoError::InvalidParameter`](crate::VlgoError::InvalidParameter) when the set was already
+/// fixed to a different one (by the first kernel call, or any call of [`isa`]); it is left as it
+/// was.
 ///
 /// # Example
 ///
@@ -1464,7 +1473,7 @@ pub fn limit_isa(cap: Isa) -> crate::Result<Isa> {
     } else {
         Err(crate::VlgoError::InvalidParameter {
             name: "instruction set cap",
-            value: format!("{cap:?}"),
+            value: format!("{cap:?} (the kernels use {used:?})"),
             requirement: "a cap takes effect only before the first CPU kernel runs, and the \
                           kernels already use another set",
         })
@@ -1721,14 +1730,14 @@ pub fn transpose(a: &[f32], out: &mut [f32], n: usize) {
     transpose_blocks(a, out, n, 0);
 }
 
-/// One 8 x 8 block transposed: row r of `src` (8 floats from r * src_stride) becomes column r
-/// of `dst` (rows from r * dst_stride), with AVX shuffles where the CPU has them.
+/// One 8 x 8 block transposed: dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8
+/// (row r of `src` becomes column r of `dst`), with AVX shuffles where the CPU has them.
 #[inline(always)]
 fn transpose8(src: &[f32], src_stride: usize, dst: &mut [f32], dst_stride: usize) {
     assert!(src.len() >= 7 * src_stride + 8 && dst.len() >= 7 * dst_stride + 8);
     #[cfg(target_arch = "x86_64")]
-    if isa() != Isa::Portable {
-        // SAFETY: AVX2 (and so AVX) reported by `isa()`; lengths checked above.
+    if isa() != Isa::Portable && std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX detected just above; lengths checked above.
         unsafe { avx_transpose8(src, src_stride, dst, dst_stride) };
         return;
     }
@@ -1739,8 +1748,12 @@ fn transpose8(src: &[f32], src_stride: usize, dst: &mut [f32], dst_stride: usize
     }
 }
 
-/// [`transpose8`] with AVX: the caller checks that both slices hold 8 rows of 8 at their
-/// strides.
+/// [`transpose8`] with AVX.
+///
+/// # Safety
+///
+/// The CPU must have AVX, and both slices must hold 8 rows of 8 floats at their strides (a
+/// length of at least 7 stride + 8).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn avx_transpose8(src: &[f32], src_stride: usize, dst: &mut [f32], dst_stride: usize) {
@@ -1833,9 +1846,6 @@ mod tests {
             .collect()
     }
 
-    /// The factorisation and both solves of every instantiation this CPU can run (the portable
-    /// one always: other CPUs run it, and its tiles are 4 x 8 instead of 6 x 32), on sizes that
-    /// reach every row block, column strip and a narrower last panel.
     /// The column-major panels ([`Columns`]) factor as the row-major ones do, to the bit: the
     /// same pivots (ties in magnitude go to the first row, NaN never wins), multipliers and U,
     /// with and without FMA, on sizes with a narrower last panel and rows left over from the
@@ -1886,6 +1896,10 @@ mod tests {
         }
     }
 
+    /// The factorisation and both solves of every instantiation this CPU can run (the portable
+    /// one always: other CPUs run it, and its tiles are 4 x 8 instead of 6 x 32), on sizes that
+    /// reach every row block, column strip and a narrower last panel, with column-major panels
+    /// (n <= 128) and without (129, 136).
     #[test]
     fn lu_of_every_instruction_set_solves_both_systems() {
         type Kernels = (
@@ -1920,7 +1934,7 @@ mod tests {
                 ));
             }
         }
-        for n in [2, 3, 7, 13, 33, 64, 70] {
+        for n in [2, 3, 7, 13, 33, 64, 70, 128, 129, 136] {
             // Zero diagonal: the first step exchanges rows.
             let a: Vec<f32> = (0..n * n)
                 .map(|k| match (k / n, k % n) {
