@@ -504,7 +504,7 @@ impl Columns {
             let k = k0 + c;
             // A pass of its own: searching the next column in the pass that updates it (as
             // the row panel does) measured slower.
-            let piv = first_largest(&lane_largest(&cols[c], c, rows), &cols[c], c, rows);
+            let piv = pivot_row(&cols[c], c, rows);
             if piv != c {
                 for col in cols.iter_mut() {
                     col.swap(c, piv);
@@ -563,11 +563,13 @@ impl Columns {
     }
 }
 
-/// Each lane's largest magnitude in a column-major panel's column from row `from` (of `rows`;
-/// `col` is padded with NaN to `rows` + LANES), -1 in lanes that saw only NaN: a select on
-/// `>`, which NaN never passes.
+/// The pivot of a column-major panel's column from row `from` (of `rows`; `col` is padded with
+/// NaN to `rows` + LANES): the first row of largest magnitude, as a plain scan with `>` finds
+/// it (NaN never wins; `from` when every candidate is NaN). One pass keeps each lane's largest
+/// magnitude (a select on `>`, which NaN never passes; -1 in lanes that saw only NaN), the lanes
+/// are merged, and a second pass finds the first row of that magnitude.
 #[inline(always)]
-fn lane_largest(col: &[f32], from: usize, rows: usize) -> [f32; LANES] {
+fn pivot_row(col: &[f32], from: usize, rows: usize) -> usize {
     let mut best = [-1.0f32; LANES];
     let mut i = from;
     while i < rows {
@@ -578,15 +580,6 @@ fn lane_largest(col: &[f32], from: usize, rows: usize) -> [f32; LANES] {
         }
         i += LANES;
     }
-    best
-}
-
-/// The pivot from the lanes' largest magnitudes ([`lane_largest`]): the first row from `from`
-/// whose magnitude is the largest, as a plain scan with `>` finds it (NaN never wins; `from`
-/// when every candidate is NaN).
-#[inline(always)]
-fn first_largest(best: &[f32; LANES], col: &[f32], from: usize, rows: usize) -> usize {
-    let mut best = *best;
     let mut half = LANES / 2;
     while half > 0 {
         for t in 0..half {
