@@ -18,8 +18,9 @@
 
 use rayon::prelude::*;
 
-use super::gemm::written;
+use super::gemm::{assume_written, written};
 use super::pool::PoolShape;
+use super::simd::vectorised;
 
 /// Layout of a batch-norm input: [batch, channels, size].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,15 +49,23 @@ impl NormShape {
             .into_par_iter()
             .map(|c| {
                 let f = f(c);
-                (0..self.batch).fold([0.0; K], |mut sums, n| {
-                    let start = (n * self.channels + c) * self.size;
-                    let a = &first[start..start + self.size];
-                    let b = &second[start..start + self.size];
-                    for (s, v) in sums.iter_mut().zip(block_sums(a, b, &f)) {
-                        *s += v;
-                    }
-                    sums
-                })
+                // A loop, not `fold`: the compiler kept `fold` out of line, with the whole
+                // reduction inside it compiled without the vector width.
+                vectorised(
+                    #[inline(always)]
+                    || {
+                        let mut sums = [0.0; K];
+                        for n in 0..self.batch {
+                            let start = (n * self.channels + c) * self.size;
+                            let a = &first[start..start + self.size];
+                            let b = &second[start..start + self.size];
+                            for (s, v) in sums.iter_mut().zip(block_sums(a, b, &f)) {
+                                *s += v;
+                            }
+                        }
+                        sums
+                    },
+                )
             })
             .collect()
     }
@@ -79,6 +88,7 @@ impl NormShape {
 
 /// The K sums of f(a_i, b_i) over matching entries, each with eight f32 accumulators, returned
 /// in f64.
+#[inline(always)]
 fn block_sums<const K: usize>(a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> [f32; K]) -> [f64; K] {
     let mut lanes = [[0.0f32; 8]; K];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -148,15 +158,20 @@ fn channel_map(
             y.par_chunks_mut(image)
                 .zip(x.par_chunks(image))
                 .for_each(|(y, x)| {
-                    for ((y, x), (&a, &b)) in y
-                        .chunks_mut(s.size)
-                        .zip(x.chunks(s.size))
-                        .zip(scale.iter().zip(shift))
-                    {
-                        for (y, &x) in y.iter_mut().zip(x) {
-                            y.write(f(x, a, b));
-                        }
-                    }
+                    vectorised(
+                        #[inline(always)]
+                        || {
+                            for ((y, x), (&a, &b)) in y
+                                .chunks_mut(s.size)
+                                .zip(x.chunks(s.size))
+                                .zip(scale.iter().zip(shift))
+                            {
+                                for (y, &x) in y.iter_mut().zip(x) {
+                                    y.write(f(x, a, b));
+                                }
+                            }
+                        },
+                    )
                 })
         })
     }
@@ -289,18 +304,23 @@ impl Adjoint {
                 dx.par_chunks_mut(image)
                     .zip(x.par_chunks(image).zip(grad.par_chunks(image)))
                     .for_each(|(dx, (x, g))| {
-                        for (c, ((dx, x), g)) in dx
-                            .chunks_mut(s.size)
-                            .zip(x.chunks(s.size))
-                            .zip(g.chunks(s.size))
-                            .enumerate()
-                        {
-                            let (a, b, d) = (self.a[c], self.b[c], self.d[c]);
-                            let dy = dy(c);
-                            for ((dx, &x), &g) in dx.iter_mut().zip(x).zip(g) {
-                                dx.write(a * dy(g, x) + b * x + d);
-                            }
-                        }
+                        vectorised(
+                            #[inline(always)]
+                            || {
+                                for (c, ((dx, x), g)) in dx
+                                    .chunks_mut(s.size)
+                                    .zip(x.chunks(s.size))
+                                    .zip(g.chunks(s.size))
+                                    .enumerate()
+                                {
+                                    let (a, b, d) = (self.a[c], self.b[c], self.d[c]);
+                                    let dy = dy(c);
+                                    for ((dx, &x), &g) in dx.iter_mut().zip(x).zip(g) {
+                                        dx.write(a * dy(g, x) + b * x + d);
+                                    }
+                                }
+                            },
+                        )
                     })
             })
         }
@@ -348,24 +368,36 @@ pub(crate) fn relu_forward(
     let y = match pool {
         None => channel_map(s, x, &scale, &shift, rectified),
         Some(ps) => {
-            let mut y = vec![0.0f32; s.batch * s.channels * ps.plane_out()];
-            if s.size > 0 && !y.is_empty() {
+            let len = s.batch * s.channels * ps.plane_out();
+            if s.size == 0 || len == 0 {
+                vec![0.0; len]
+            } else {
                 let columns = ps.columns();
-                y.par_chunks_mut(ps.plane_out())
-                    .zip(x.par_chunks(s.size))
-                    .enumerate()
-                    .for_each_init(
-                        || vec![0.0f32; s.size],
-                        |z, (p, (y, x))| {
-                            let (a, b) = (scale[p % s.channels], shift[p % s.channels]);
-                            for (z, &x) in z.iter_mut().zip(x) {
-                                *z = rectified(x, a, b);
-                            }
-                            ps.argmax(z, &columns, |o, i| y[o] = z[i]);
-                        },
-                    );
+                // SAFETY: a plane of outputs per plane of x (asserted by `fits`), and `maxima`
+                // writes every output of a plane.
+                unsafe {
+                    written(len, |y| {
+                        y.par_chunks_mut(ps.plane_out())
+                            .zip(x.par_chunks(s.size))
+                            .enumerate()
+                            .for_each_init(
+                                || (vec![0.0f32; s.size], ps.scratch()),
+                                |(z, scratch), (p, (y, x))| {
+                                    let (a, b) = (scale[p % s.channels], shift[p % s.channels]);
+                                    vectorised(
+                                        #[inline(always)]
+                                        || {
+                                            for (z, &x) in z.iter_mut().zip(x) {
+                                                *z = rectified(x, a, b);
+                                            }
+                                        },
+                                    );
+                                    ps.maxima(z, &columns, scratch, y);
+                                },
+                            )
+                    })
+                }
             }
-            y
         }
     };
     (y, mean, var)
@@ -410,34 +442,56 @@ pub(crate) fn relu_backward(
     };
     // The pooling's adjoint costs an argmax per window: computed once per plane, kept in dx's
     // buffer, and overwritten there by dx.
-    let mut dx = vec![0.0f32; x.len()];
     if s.size == 0 || grad.is_empty() {
         let k = Adjoint::new(s, gamma, mean, var, epsilon, &vec![[0.0; 2]; s.channels]);
-        return (dx, k.dgamma, k.dbeta);
+        return (vec![0.0; x.len()], k.dgamma, k.dbeta);
     }
     let columns = ps.columns();
-    let planes: Vec<[f64; 2]> = dx
-        .par_chunks_mut(s.size)
-        .zip(x.par_chunks(s.size).zip(grad.par_chunks(ps.plane_out())))
-        .enumerate()
-        .map_init(
-            || vec![0.0f32; s.size],
-            |z, (p, (dy, (x, grad)))| {
-                let c = p % s.channels;
-                let (a, b) = (scale[c], shift[c]);
-                for (z, &x) in z.iter_mut().zip(x) {
-                    *z = (a * x + b).max(0.0);
-                }
-                ps.argmax(z, &columns, |o, i| dy[i] += grad[o]);
-                // The ReLU's adjoint as Burn's: through where its output is positive.
-                for (dy, &z) in dy.iter_mut().zip(z.iter()) {
-                    *dy = if z > 0.0 { *dy } else { 0.0 };
-                }
-                let m = mean[c];
-                block_sums(dy, x, &|g, v| [g, g * (v - m)])
-            },
-        )
-        .collect();
+    let mut planes = Vec::new();
+    // SAFETY: a plane of dx per plane of x (asserted by `fits`), each zeroed whole before it is
+    // read. Zeroing plane by plane, in the cache, spares a pass over the whole buffer.
+    let mut dx = unsafe {
+        written(x.len(), |dx| {
+            planes = dx
+                .par_chunks_mut(s.size)
+                .zip(x.par_chunks(s.size).zip(grad.par_chunks(ps.plane_out())))
+                .enumerate()
+                .map_init(
+                    || (vec![0.0f32; s.size], ps.scratch()),
+                    |(z, scratch), (p, (dy, (x, grad)))| {
+                        for dy in dy.iter_mut() {
+                            dy.write(0.0);
+                        }
+                        // Every entry was just written: the plane reads as f32.
+                        let dy = assume_written(dy);
+                        let c = p % s.channels;
+                        let (a, b) = (scale[c], shift[c]);
+                        vectorised(
+                            #[inline(always)]
+                            || {
+                                for (z, &x) in z.iter_mut().zip(x) {
+                                    *z = (a * x + b).max(0.0);
+                                }
+                            },
+                        );
+                        ps.argmax(z, &columns, scratch, |o, i| dy[i] += grad[o]);
+                        let m = mean[c];
+                        vectorised(
+                            #[inline(always)]
+                            || {
+                                // The ReLU's adjoint as Burn's: through where its output is
+                                // positive.
+                                for (dy, &z) in dy.iter_mut().zip(z.iter()) {
+                                    *dy = if z > 0.0 { *dy } else { 0.0 };
+                                }
+                                block_sums(dy, x, &|g, v| [g, g * (v - m)])
+                            },
+                        )
+                    },
+                )
+                .collect();
+        })
+    };
     let k = Adjoint::new(s, gamma, mean, var, epsilon, &s.fold_planes(&planes));
     dx.par_chunks_mut(s.size)
         .zip(x.par_chunks(s.size))
@@ -445,9 +499,14 @@ pub(crate) fn relu_backward(
         .for_each(|(p, (dx, x))| {
             let c = p % s.channels;
             let (a, b, d) = (k.a[c], k.b[c], k.d[c]);
-            for (dx, &x) in dx.iter_mut().zip(x) {
-                *dx = a * *dx + b * x + d;
-            }
+            vectorised(
+                #[inline(always)]
+                || {
+                    for (dx, &x) in dx.iter_mut().zip(x) {
+                        *dx = a * *dx + b * x + d;
+                    }
+                },
+            )
         });
     (dx, k.dgamma, k.dbeta)
 }
@@ -469,18 +528,31 @@ pub(crate) fn add_relu_forward(
     if s.size == 0 {
         return (vec![0.0; x.len()], mean, var);
     }
-    // SAFETY: the planes of y, x and the residual match one for one (lengths asserted by
-    // `fits`), so every entry of y is written.
+    let image = s.channels * s.size;
+    // SAFETY: the images of y, x and the residual match one for one (lengths asserted by
+    // `fits`), and each image's planes one per channel, so every entry of y is written.
+    // Whole images per task: planes of the last stages hold 4 or 16 entries.
     let y = unsafe {
         written(x.len(), |y| {
-            y.par_chunks_mut(s.size)
-                .zip(x.par_chunks(s.size).zip(residual.par_chunks(s.size)))
-                .enumerate()
-                .for_each(|(p, (y, (x, r)))| {
-                    let (a, b) = (scale[p % s.channels], shift[p % s.channels]);
-                    for ((y, &x), &r) in y.iter_mut().zip(x).zip(r) {
-                        y.write((a * x + b + r).max(0.0));
-                    }
+            y.par_chunks_mut(image)
+                .zip(x.par_chunks(image).zip(residual.par_chunks(image)))
+                .for_each(|(y, (x, r))| {
+                    vectorised(
+                        #[inline(always)]
+                        || {
+                            for (c, ((y, x), r)) in y
+                                .chunks_mut(s.size)
+                                .zip(x.chunks(s.size))
+                                .zip(r.chunks(s.size))
+                                .enumerate()
+                            {
+                                let (a, b) = (scale[c], shift[c]);
+                                for ((y, &x), &r) in y.iter_mut().zip(x).zip(r) {
+                                    y.write((a * x + b + r).max(0.0));
+                                }
+                            }
+                        },
+                    )
                 });
         })
     };
@@ -504,23 +576,50 @@ pub(crate) fn add_relu_backward(
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
     fits(s, None, &[x, residual, grad], &[]);
     let (scale, shift) = scale_shift(mean, var, gamma, beta, epsilon);
-    let mut dr = vec![0.0f32; x.len()];
-    let planes: Vec<[f64; 2]> = if s.size == 0 {
-        vec![[0.0; 2]; s.batch * s.channels]
-    } else {
-        dr.par_chunks_mut(s.size)
-            .zip(x.par_chunks(s.size))
-            .zip(residual.par_chunks(s.size).zip(grad.par_chunks(s.size)))
-            .enumerate()
-            .map(|(p, ((dr, x), (r, g)))| {
-                let c = p % s.channels;
-                let (a, b, m) = (scale[c], shift[c], mean[c]);
-                for (((dr, &x), &r), &g) in dr.iter_mut().zip(x).zip(r).zip(g) {
-                    *dr = if a * x + b + r > 0.0 { g } else { 0.0 };
-                }
-                block_sums(dr, x, &|g, v| [g, g * (v - m)])
-            })
-            .collect()
+    let image = s.channels * s.size;
+    let mut planes = vec![[0.0; 2]; s.batch * s.channels];
+    // SAFETY: the images of dr, x, the residual and the adjoint match one for one (lengths
+    // asserted by `fits`), each image's planes one per channel, and every entry of a plane is
+    // written before the plane is read; with no entries there is nothing to write.
+    let dr = unsafe {
+        written(x.len(), |dr| {
+            if image == 0 {
+                return;
+            }
+            // Whole images per task, each image's planes in channel order: the planes' sums
+            // in [N, C] order as `fold_planes` takes them.
+            let per_image: Vec<Vec<[f64; 2]>> = dr
+                .par_chunks_mut(image)
+                .zip(x.par_chunks(image))
+                .zip(residual.par_chunks(image).zip(grad.par_chunks(image)))
+                .map(|((dr, x), (r, g))| {
+                    vectorised(
+                        #[inline(always)]
+                        || {
+                            let planes = dr
+                                .chunks_mut(s.size)
+                                .zip(x.chunks(s.size))
+                                .zip(r.chunks(s.size).zip(g.chunks(s.size)));
+                            // A loop, not `map` and `collect`, for the reason `channel_sums`
+                            // gives.
+                            let mut sums = Vec::with_capacity(s.channels);
+                            for (c, ((dr, x), (r, g))) in planes.enumerate() {
+                                let (a, b, m) = (scale[c], shift[c], mean[c]);
+                                for (((d, &x), &r), &g) in dr.iter_mut().zip(x).zip(r).zip(g) {
+                                    d.write(if a * x + b + r > 0.0 { g } else { 0.0 });
+                                }
+                                // The loop above wrote every entry of the plane (see the SAFETY
+                                // note above): it reads as f32.
+                                let dr = assume_written(dr);
+                                sums.push(block_sums(dr, x, &|g, v| [g, g * (v - m)]));
+                            }
+                            sums
+                        },
+                    )
+                })
+                .collect();
+            planes = per_image.concat();
+        })
     };
     let k = Adjoint::new(s, gamma, mean, var, epsilon, &s.fold_planes(&planes));
     let dx = k.input(s, x, &dr, |_| |g, _| g);

@@ -89,6 +89,15 @@ pub(crate) unsafe fn as_uninit(buf: &mut [f32]) -> &mut [MaybeUninit<f32>] {
     unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len()) }
 }
 
+/// A written buffer read as f32: the other direction of [`as_uninit`].
+///
+/// # Safety
+/// Every entry of `buf` must have been written.
+pub(crate) unsafe fn assume_written(buf: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    // SAFETY: the layouts match (see `as_uninit`) and the caller wrote every entry.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len()) }
+}
+
 /// A buffer of `len` floats filled by `fill`, without zeroing it first (the kernels' outputs
 /// are megabytes, rewritten at every step).
 ///
