@@ -90,7 +90,7 @@
 //! * On the CPU kernel, matrices of size n <= 4 run a fixed-size version of the same Taylor steps
 //!   and norms, tiny matrices are grouped into parallel jobs of about 4096 entries, and the
 //!   forward of `expmv` leaves each matrix's route in its checkpoints so the backward does not
-//!   choose again (nor, for one step of a tiny matrix, recompute the forward).
+//!   choose again (nor, for a single Taylor step, recompute the forward).
 
 pub mod best_of_j;
 #[cfg(any(feature = "ndarray", feature = "flex"))]

@@ -3,7 +3,7 @@
 //! termination, fallback to the explicit exponential), run per matrix.
 
 use super::expm::{self as dense, Workspace, column_norms};
-use super::simd::{axpy, gemm_tn, matvec, vecmat};
+use super::simd::{VecMat, axpy, gemm_tn, matvec, vecmat, vecmat_pair};
 use super::small;
 use crate::expm::expmv::{KernelRecord, taylor_steps};
 use crate::expm::plan::{Precision, choose};
@@ -244,7 +244,9 @@ pub fn forward(
             let t = &mut ws.vectors;
             t.start(a, v, n, mu, s);
             for _ in 0..s {
-                taylor_step(
+                // A single step's terms go into the record: its backward then need not
+                // recompute the step (its input is v).
+                used = taylor_step(
                     &t.st,
                     &t.b,
                     &mut t.f,
@@ -265,9 +267,9 @@ pub fn forward(
 }
 
 /// Adjoints (abar, vbar) of y = exp(A) v given ybar = `grad`. The step inputs are recomputed
-/// and kept (s + 1 vectors); each step's inner vectors are recomputed from its input. `record`,
-/// when the forward left one, replaces the route choice (and, for one step of a tiny matrix,
-/// the forward itself).
+/// and kept (s vectors); each step's inner vectors are recomputed from its input. `record`,
+/// when the forward left one, replaces the route choice and, for a single step, the forward's
+/// recomputation (the record holds the step's terms; its input is v).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     a: &[f32],
@@ -327,12 +329,19 @@ pub fn backward(
             t.start(a, v, n, mu, s);
             t.inputs.clear();
             t.used.clear();
-            for _ in 0..s {
-                t.inputs.extend_from_slice(&t.b);
-                let used = taylor_step(&t.st, &t.b, &mut t.f, &mut t.w, &mut t.tmp, m, tol, n);
-                t.used.push(used);
-                for (bk, &fk) in t.b.iter_mut().zip(&t.f) {
-                    *bk = eta * fk;
+            if let Some(terms) = single_step_terms.filter(|_| s == 1) {
+                // The forward's record holds the single step's terms, and its input is v:
+                // nothing to recompute.
+                t.inputs.extend_from_slice(&v[..n]);
+                t.used.push(terms);
+            } else {
+                for _ in 0..s {
+                    t.inputs.extend_from_slice(&t.b);
+                    let used = taylor_step(&t.st, &t.b, &mut t.f, &mut t.w, &mut t.tmp, m, tol, n);
+                    t.used.push(used);
+                    for (bk, &fk) in t.b.iter_mut().zip(&t.f) {
+                        *bk = eta * fk;
+                    }
                 }
             }
             // Adjoint, step by step in reverse. abar here is w.r.t. A' / s.
@@ -353,16 +362,11 @@ pub fn backward(
             bbar.clear();
             bbar.extend_from_slice(grad);
             for (k, &j_max) in used.iter().enumerate().rev() {
-                // w_0 .. w_{J-1}, row j at powers[j n..]
+                // w_0 .. w_{J-1}, row j at powers[j n..], computed alongside acc below.
                 powers.clear();
                 powers.extend_from_slice(&inputs[k * n..(k + 1) * n]);
                 powers.resize(j_max.max(1) * n, 0.0);
-                for j in 1..j_max {
-                    let (lo, hi) = powers.split_at_mut(j * n);
-                    vecmat(&lo[(j - 1) * n..j * n], st, &mut hi[..n], n, false);
-                    let inv = 1.0 / j as f32;
-                    hi[..n].iter_mut().for_each(|x| *x *= inv);
-                }
+                let mut power = 1;
                 fbar.clear();
                 fbar.extend(bbar.iter().map(|&bb| eta * bb));
                 acc.clear();
@@ -378,9 +382,30 @@ pub fn backward(
                     for (r, &x) in row.iter_mut().zip(acc.iter()) {
                         *r = x * inv;
                     }
-                    // acc = fbar + (1/j) A'^T acc
+                    // acc = fbar + (1/j) A'^T acc, and the next power w_power = A' w_{power-1}
+                    // / power in the same pass: two independent chains of multiply-adds.
                     next.copy_from_slice(fbar);
-                    vecmat(row, sa, next, n, true);
+                    let acc_term = VecMat {
+                        x: row,
+                        m: sa,
+                        y: next,
+                        accumulate: true,
+                    };
+                    if power < j_max {
+                        let (lo, hi) = powers.split_at_mut(power * n);
+                        let power_term = VecMat {
+                            x: &lo[(power - 1) * n..],
+                            m: st,
+                            y: &mut hi[..n],
+                            accumulate: false,
+                        };
+                        vecmat_pair(power_term, acc_term, n);
+                        let inv = 1.0 / power as f32;
+                        hi[..n].iter_mut().for_each(|x| *x *= inv);
+                        power += 1;
+                    } else {
+                        vecmat(acc_term.x, sa, acc_term.y, n, true);
+                    }
                     std::mem::swap(acc, next);
                 }
                 gemm_tn(p, powers, abar, n, j_max);

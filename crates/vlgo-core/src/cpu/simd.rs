@@ -99,7 +99,15 @@ fn cover<T: Tiles, const R: usize, const W: usize>(t: &mut T, rows: usize, n: us
         j0 += W;
     }
     // One-row strips narrower than W where W does not fit (a vector-matrix product's W is
-    // wider than the product's).
+    // wider than the product's). Each entry's sum runs over k in order whatever the strip's
+    // width, so the widths change the speed only: a strip of v vectors keeps v chains of
+    // multiply-adds in flight.
+    while W > 64 && j0 + 64 <= n {
+        for i0 in 0..rows {
+            t.tile::<1, 64>((i0, j0));
+        }
+        j0 += 64;
+    }
     while W > 32 && j0 + 32 <= n {
         for i0 in 0..rows {
             t.tile::<1, 32>((i0, j0));
@@ -201,6 +209,85 @@ fn vecmat_body<F: Fma, const W: usize>(
         fma,
     };
     cover::<_, 1, W>(&mut one_row, 1, n);
+}
+
+/// One product y (+)= x^T M of [`vecmat_pair`], M row-major n x n.
+pub struct VecMat<'a> {
+    /// The vector x, of at least n entries.
+    pub x: &'a [f32],
+    /// The matrix M, row-major n x n.
+    pub m: &'a [f32],
+    /// The output y, of at least n entries.
+    pub y: &'a mut [f32],
+    /// Add to what y holds instead of overwriting it.
+    pub accumulate: bool,
+}
+
+/// Two independent vector-matrix products in one pass over k: each strip of y is a chain of n
+/// dependent multiply-adds, so a single product waits on the multiply-add's latency; the
+/// second product's chains fill the gaps. Each entry is summed as [`vecmat`] sums it.
+struct Pair<'a, F> {
+    p: Product<'a, F>,
+    q: Product<'a, F>,
+}
+
+impl<F: Fma> Tiles for Pair<'_, F> {
+    #[inline(always)]
+    fn tile<const R: usize, const W: usize>(&mut self, (_, j0): (usize, usize)) {
+        // One row: `vecmat_pair_body` covers a 1 x n output.
+        debug_assert_eq!(R, 1);
+        let n = self.p.n;
+        let start = |t: &Product<'_, F>| -> [f32; W] {
+            if t.accumulate {
+                t.c[j0..j0 + W].try_into().unwrap()
+            } else {
+                [0.0; W]
+            }
+        };
+        let (mut s, mut t) = (start(&self.p), start(&self.q));
+        let (x, y) = (&self.p.a[..n], &self.q.a[..n]);
+        let strips = self.p.b.chunks_exact(n).zip(self.q.b.chunks_exact(n));
+        for (k, (bp, bq)) in strips.take(n).enumerate() {
+            let bp: &[f32; W] = bp[j0..j0 + W].try_into().unwrap();
+            let bq: &[f32; W] = bq[j0..j0 + W].try_into().unwrap();
+            let (xk, yk) = (x[k], y[k]);
+            for j in 0..W {
+                s[j] = F::fma(xk, bp[j], s[j]);
+                t[j] = F::fma(yk, bq[j], t[j]);
+            }
+        }
+        self.p.c[j0..j0 + W].copy_from_slice(&s);
+        self.q.c[j0..j0 + W].copy_from_slice(&t);
+    }
+
+    #[inline(always)]
+    fn entry(&mut self, i: usize, j: usize) {
+        self.p.entry(i, j);
+        self.q.entry(i, j);
+    }
+}
+
+impl<'a> VecMat<'a> {
+    #[inline(always)]
+    fn product<F>(self, n: usize) -> Product<'a, F> {
+        Product {
+            a: self.x,
+            b: self.m,
+            c: self.y,
+            n,
+            accumulate: self.accumulate,
+            fma: std::marker::PhantomData,
+        }
+    }
+}
+
+#[inline(always)]
+fn vecmat_pair_body<F: Fma, const W: usize>(first: VecMat<'_>, second: VecMat<'_>, n: usize) {
+    let mut pair = Pair::<'_, F> {
+        p: first.product(n),
+        q: second.product(n),
+    };
+    cover::<_, 1, W>(&mut pair, 1, n);
 }
 
 /// One R x W tile of C += P^T Q for P, Q of `depth` rows of length n (see [`gemm_tn`]).
@@ -1321,6 +1408,11 @@ macro_rules! instantiate {
             pub unsafe fn vecmat(x: &[f32], m: &[f32], y: &mut [f32], n: usize, acc: bool) {
                 vecmat_body::<$fma, { 4 * $width }>(x, m, y, n, acc)
             }
+            $(#[target_feature(enable = $feature)])*
+            pub unsafe fn vecmat_pair(first: VecMat<'_>, second: VecMat<'_>, n: usize) {
+                // Half vecmat's strip: two products' accumulators fit the registers.
+                vecmat_pair_body::<$fma, { 2 * $width }>(first, second, n)
+            }
             #[cfg(feature = "layers")]
             $(#[target_feature(enable = $feature)])*
             pub(super) unsafe fn shifted_product(s: &Shifted<'_>, out: &mut [f32]) {
@@ -1672,6 +1764,17 @@ pub fn matvec(a: &[f32], x: &[f32], y: &mut [f32], n: usize) {
 pub fn vecmat(x: &[f32], m: &[f32], y: &mut [f32], n: usize, accumulate: bool) {
     debug_assert!(x.len() >= n && m.len() >= n * n && y.len() >= n);
     dispatch!(vecmat(x, m, y, n, accumulate))
+}
+
+/// [`vecmat`] of two independent products at once, with the same results: about twice the
+/// throughput where one product's chain of multiply-adds is bound by their latency.
+pub fn vecmat_pair(first: VecMat<'_>, second: VecMat<'_>, n: usize) {
+    debug_assert!(
+        [&first, &second]
+            .iter()
+            .all(|v| { v.x.len() >= n && v.m.len() >= n * n && v.y.len() >= n })
+    );
+    dispatch!(vecmat_pair(first, second, n))
 }
 
 /// C += P^T Q for P and Q of `depth` rows of length n (row-major) and C n x n: a sum of
@@ -2052,6 +2155,28 @@ mod tests {
                     "n = {n}"
                 );
             }
+            // Both at once, over different matrices: the same bits as one at a time.
+            let (mut y2, mut fresh2) = (vec![2.0f32; n], vec![f32::NAN; n]);
+            vecmat_pair(
+                VecMat {
+                    x: &b[n * (n - 1)..],
+                    m: &a,
+                    y: &mut fresh2,
+                    accumulate: false,
+                },
+                VecMat {
+                    x: &a[..n],
+                    m: &b,
+                    y: &mut y2,
+                    accumulate: true,
+                },
+                n,
+            );
+            let mut other = vec![f32::NAN; n];
+            vecmat(&b[n * (n - 1)..], &a, &mut other, n, false);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&y2), bits(&y), "n = {n}");
+            assert_eq!(bits(&fresh2), bits(&other), "n = {n}");
             // C += P^T Q with 3 rows: the sum of three outer products.
             let depth = 3.min(n);
             let mut c = vec![1.0f32; n * n];
