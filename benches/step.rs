@@ -5,7 +5,7 @@
 //! these (same machine, same sitting).
 //!
 //! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --max-pool --reps R --only 32|28
-//! --methods simclr-mlp,manifoldclr-mlp --network-width F]`.
+//! --methods simclr-mlp,manifoldclr-mlp --network-width F --layer-times]`.
 //! Defaults: both backends, the anchors' batches (128 at 3 x 32 x 32, width 64; 256 at
 //! 1 x 28 x 28, width 32), one timed step after one warm-up. Throughput per image barely
 //! depends on the batch here (the convolutions cost per image), so `--batch` can shorten a
@@ -14,7 +14,9 @@
 //! 16 generators in 64 x 64 blocks, encoder and prior at width `--network-width`, default 512;
 //! one AdamW over every parameter). Like the `vlgo` program, it keeps freed buffers in the heap
 //! (`vlgo_core::cpu::host::keep_freed_buffers`); `--default-allocator` leaves glibc's defaults,
-//! to time what that setting is worth.
+//! to time what that setting is worth. `--layer-times` prints, after each method's row, the
+//! timed steps' wall time in each layer kernel per shape (`vlgo_core::layers::timing`), the
+//! per-operator view of `torch.profiler`.
 
 use std::time::Instant;
 
@@ -23,6 +25,7 @@ use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 
 use manifoldclr::{ContrastiveConfig, ManifoldConfig, Method, TrainBackend};
+use vlgo_core::layers::timing;
 use vlgo_datasets::fixtures::synthetic;
 use vlgo_datasets::{Augment, AugmentConfig, Normalization};
 
@@ -67,7 +70,11 @@ fn bench<B: TrainBackend>(
     let augment = Augment::new(AugmentConfig::simclr(side), norm, channels, side, side).unwrap();
     let indices: Vec<usize> = (0..batch).collect();
     let mut totals = [0.0f64; 4];
+    let layer_times = std::env::args().any(|a| a == "--layer-times");
     for rep in 0..=reps {
+        if layer_times && rep == 1 {
+            timing::start();
+        }
         let t = Instant::now();
         let [a, b] = augment.two_views(&set, &indices, 0, rep as u64).unwrap();
         let dims = [batch, channels, side, side];
@@ -102,6 +109,40 @@ fn bench<B: TrainBackend>(
         totals[2],
         totals[3]
     );
+    if layer_times {
+        print_layer_times(&timing::finish(), reps, step);
+    }
+}
+
+/// The layer kernels' time per step, largest first, and the rest of the step (Burn's own
+/// operations, the loss, autodiff's bookkeeping, the data).
+fn print_layer_times(times: &[timing::LayerTime], reps: usize, step: f64) {
+    println!();
+    println!("| layer | shape | calls per step | ms per step | share of the step |");
+    println!("|---|---|---|---|---|");
+    let per_step = |seconds: f64| seconds / reps as f64;
+    for t in times {
+        println!(
+            "| {} | {} | {} | {:.2} | {:.1} % |",
+            t.layer,
+            t.shape,
+            t.calls as f64 / reps as f64,
+            per_step(t.seconds) * 1e3,
+            100.0 * per_step(t.seconds) / step
+        );
+    }
+    let layers: f64 = times.iter().map(|t| per_step(t.seconds)).sum();
+    println!(
+        "| all layer kernels | | | {:.2} | {:.1} % |",
+        layers * 1e3,
+        100.0 * layers / step
+    );
+    println!(
+        "| the rest of the step | | | {:.2} | {:.1} % |",
+        (step - layers) * 1e3,
+        100.0 * (step - layers) / step
+    );
+    println!();
 }
 
 fn main() {

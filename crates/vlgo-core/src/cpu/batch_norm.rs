@@ -45,37 +45,110 @@ impl NormShape {
         second: &[f32],
         f: impl Fn(usize) -> F + Sync,
     ) -> Vec<[f64; K]> {
-        (0..self.channels)
+        if self.size < 8 {
+            return self.short_block_sums(first, second, f);
+        }
+        self.strided_block_sums(first, second, f)
+    }
+
+    /// [`channel_sums`](Self::channel_sums) a channel at a time, its blocks (one per image) in
+    /// turn.
+    fn strided_block_sums<const K: usize, F: Fn(f32, f32) -> [f32; K]>(
+        &self,
+        first: &[f32],
+        second: &[f32],
+        f: impl Fn(usize) -> F + Sync,
+    ) -> Vec<[f64; K]> {
+        if self.size == 0 {
+            return vec![[0.0; K]; self.channels];
+        }
+        // Every plane's sums in memory order, then each channel's added in image order: the
+        // reads stream through the buffers instead of one block of a channel per image.
+        let planes: Vec<[f64; K]> = first
+            .par_chunks(self.size)
+            .zip(second.par_chunks(self.size))
+            .enumerate()
+            .map(|(p, (a, b))| {
+                let f = f(p % self.channels);
+                vectorised(
+                    #[inline(always)]
+                    || block_sums(a, b, &f),
+                )
+            })
+            .collect();
+        self.fold_planes(&planes)
+    }
+
+    /// [`channel_sums`](Self::channel_sums) where a block is shorter than [`block_sums`]'s
+    /// vectors (a batch norm over [N, C], S = 1, or the last stage's 2 x 2 maps): every entry
+    /// then goes through its f64 tail, so the blocks are summed here in memory order, images
+    /// in turn and channels side by side, instead of one strided channel after another (a
+    /// cache line or less per block). Each block's f64 sum starts from zero and is added to its
+    /// channel's in image order, as there: the same bits (the empty vector lanes that
+    /// `block_sums` adds are +0.0, and adding a zero leaves a sum that never is -0.0 as it is).
+    fn short_block_sums<const K: usize, F: Fn(f32, f32) -> [f32; K]>(
+        &self,
+        first: &[f32],
+        second: &[f32],
+        f: impl Fn(usize) -> F + Sync,
+    ) -> Vec<[f64; K]> {
+        // Enough channels per task for whole cache lines of the images' rows; all of them when
+        // the channels are few.
+        const GROUP: usize = 64;
+        let groups: Vec<Vec<[f64; K]>> = (0..self.channels.div_ceil(GROUP))
             .into_par_iter()
-            .map(|c| {
-                let f = f(c);
-                // A loop, not `fold`: the compiler kept `fold` out of line, with the whole
-                // reduction inside it compiled without the vector width.
+            .map(|g| {
+                let channels = g * GROUP..((g + 1) * GROUP).min(self.channels);
+                let fs: Vec<F> = channels.clone().map(&f).collect();
+                let mut sums = vec![[0.0f64; K]; channels.len()];
+                let span = channels.len() * self.size;
                 vectorised(
                     #[inline(always)]
                     || {
-                        let mut sums = [0.0; K];
                         for n in 0..self.batch {
-                            let start = (n * self.channels + c) * self.size;
-                            let a = &first[start..start + self.size];
-                            let b = &second[start..start + self.size];
-                            for (s, v) in sums.iter_mut().zip(block_sums(a, b, &f)) {
-                                *s += v;
+                            let start = (n * self.channels + channels.start) * self.size;
+                            let (a, b) =
+                                (&first[start..start + span], &second[start..start + span]);
+                            if self.size == 1 {
+                                // One entry per block: its sum is the entry (0 + v is v, but
+                                // for -0.0, which leaves the channel's sum as +0.0 does).
+                                for (((sums, f), &x), &y) in sums.iter_mut().zip(&fs).zip(a).zip(b)
+                                {
+                                    for (s, v) in sums.iter_mut().zip(f(x, y)) {
+                                        *s += v as f64;
+                                    }
+                                }
+                                continue;
+                            }
+                            let blocks = a
+                                .chunks_exact(self.size.max(1))
+                                .zip(b.chunks_exact(self.size.max(1)));
+                            for ((sums, f), (a, b)) in sums.iter_mut().zip(&fs).zip(blocks) {
+                                let mut block = [0.0f64; K];
+                                for (&x, &y) in a.iter().zip(b) {
+                                    for (t, v) in block.iter_mut().zip(f(x, y)) {
+                                        *t += v as f64;
+                                    }
+                                }
+                                for (s, v) in sums.iter_mut().zip(block) {
+                                    *s += v;
+                                }
                             }
                         }
-                        sums
                     },
-                )
+                );
+                sums
             })
-            .collect()
+            .collect();
+        groups.concat()
     }
 
     /// Per channel, the sums of its planes (one per image, in [N, C] order) added in image
     /// order, as [`channel_sums`](Self::channel_sums) adds them.
-    fn fold_planes(&self, planes: &[[f64; 2]]) -> Vec<[f64; 2]> {
+    fn fold_planes<const K: usize>(&self, planes: &[[f64; K]]) -> Vec<[f64; K]> {
         (0..self.channels)
             .map(|c| {
-                (0..self.batch).fold([0.0; 2], |mut sums, n| {
+                (0..self.batch).fold([0.0; K], |mut sums, n| {
                     for (t, v) in sums.iter_mut().zip(planes[n * self.channels + c]) {
                         *t += v;
                     }
@@ -161,6 +234,15 @@ fn channel_map(
                     vectorised(
                         #[inline(always)]
                         || {
+                            if s.size == 1 {
+                                // [N, C]: a row's entries side by side, each its channel's.
+                                for ((y, &x), (&a, &b)) in
+                                    y.iter_mut().zip(x).zip(scale.iter().zip(shift))
+                                {
+                                    y.write(f(x, a, b));
+                                }
+                                return;
+                            }
                             for ((y, x), (&a, &b)) in y
                                 .chunks_mut(s.size)
                                 .zip(x.chunks(s.size))
@@ -307,6 +389,16 @@ impl Adjoint {
                         vectorised(
                             #[inline(always)]
                             || {
+                                if s.size == 1 {
+                                    // [N, C]: as `channel_map`, a row at a time.
+                                    for (c, ((dx, &x), &g)) in
+                                        dx.iter_mut().zip(x).zip(g).enumerate()
+                                    {
+                                        let (a, b, d) = (self.a[c], self.b[c], self.d[c]);
+                                        dx.write(a * dy(c)(g, x) + b * x + d);
+                                    }
+                                    return;
+                                }
                                 for (c, ((dx, x), g)) in dx
                                     .chunks_mut(s.size)
                                     .zip(x.chunks(s.size))
@@ -812,6 +904,43 @@ mod tests {
     /// squares minus the squared mean would lose the variance), with blocks of several sizes.
     /// (Offsets much larger than 1e2 times the spread would meet the f32 rounding of the mean,
     /// which the variance then inherits.)
+    #[test]
+    fn short_blocks_sum_to_the_bits_of_the_strided_sums() {
+        // Sizes under the vector width, channels over one task's group, and zeros of both signs
+        // among the entries (all of one channel negative zeros).
+        for (size, channels) in [(1usize, 130usize), (1, 3), (2, 70), (4, 64), (7, 5), (0, 4)] {
+            let s = NormShape {
+                batch: 9,
+                channels,
+                size,
+            };
+            let len = s.batch * channels * size;
+            let x: Vec<f32> = values(len, 5)
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| match ((i / size.max(1)) % channels, i % 11) {
+                    (1, _) => -0.0,
+                    (_, 3) => 0.0,
+                    _ => 1e3 * v + 1e-3 * i as f32,
+                })
+                .collect();
+            let g = values(len, 6);
+            let f = |c: usize| move |g: f32, v: f32| [g, g * (v - c as f32), -v];
+            let short = s.short_block_sums(&g, &x, f);
+            let strided = s.strided_block_sums(&g, &x, f);
+            assert_eq!(short.len(), channels);
+            for (c, (a, b)) in short.iter().zip(&strided).enumerate() {
+                for k in 0..3 {
+                    assert_eq!(
+                        a[k].to_bits(),
+                        b[k].to_bits(),
+                        "size {size} channel {c} sum {k}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn statistics_match_the_two_pass_definition() {
         for size in [1usize, 5, 13, 49, 64, 100, 196] {

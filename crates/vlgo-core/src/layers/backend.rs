@@ -540,9 +540,39 @@ mod kernels {
     use crate::cpu::dense::{self, DenseShape};
     pub use crate::cpu::host::Host;
     use crate::cpu::pool::{self, PoolShape};
+    use crate::layers::timing;
 
     fn f32s<B: Backend>(tensors: &[&FloatTensor<B>]) -> bool {
         tensors.iter().all(|t| t.dtype() == DType::F32)
+    }
+
+    // The shapes as `timing`'s records name them.
+    fn conv_label(s: &ConvShape) -> String {
+        let ([kh, kw], [sh, sw]) = (s.kernel, s.stride);
+        format!(
+            "[{}, {}, {}, {}] to {} kernel {kh}x{kw} stride {sh}x{sw}",
+            s.batch, s.channels_in, s.height, s.width, s.channels_out
+        )
+    }
+
+    fn norm_label(s: &NormShape, pool: Option<&PoolShape>) -> String {
+        let norm = format!("[{}, {}, {}]", s.batch, s.channels, s.size);
+        match pool {
+            Some(p) => format!("{norm}, then {}", pool_label(p)),
+            None => norm,
+        }
+    }
+
+    fn pool_label(s: &PoolShape) -> String {
+        let ([kh, kw], [sh, sw]) = (s.kernel, s.stride);
+        format!(
+            "[{}, {}, {}, {}] kernel {kh}x{kw} stride {sh}x{sw}",
+            s.batch, s.channels, s.height, s.width
+        )
+    }
+
+    fn dense_label(s: &DenseShape) -> String {
+        format!("{} x [{}, {}] to {}", s.splits, s.rows, s.inputs, s.outputs)
     }
 
     fn conv_shape<B: Backend>(
@@ -644,9 +674,15 @@ mod kernels {
         let Some(s) = shape else {
             return tensor_ops::batched_linear::<B>(x, weight, bias, negative_slope);
         };
-        let slope = negative_slope.map(|a| a as f32);
-        let y = dense::forward(&s, &B::read(&x), &B::read(&weight), &B::read(&bias), slope);
-        B::make(y, &[s.splits, s.rows, s.outputs])
+        timing::timed(
+            "linear forward",
+            || dense_label(&s),
+            || {
+                let slope = negative_slope.map(|a| a as f32);
+                let y = dense::forward(&s, &B::read(&x), &B::read(&weight), &B::read(&bias), slope);
+                B::make(y, &[s.splits, s.rows, s.outputs])
+            },
+        )
     }
 
     pub fn batched_linear_backward<B: Host>(
@@ -671,19 +707,25 @@ mod kernels {
                 want,
             );
         };
-        let slope = negative_slope.map(|a| a as f32);
-        let (x, w, y, g) = (
-            B::read(&x),
-            B::read(&weight),
-            B::read(&output),
-            B::read(&grad),
-        );
-        let (dx, dw, db) = dense::backward(&s, &x, &w, &y, &g, slope, want);
-        [
-            dx.map(|d| B::make(d, &[s.splits, s.rows, s.inputs])),
-            dw.map(|d| B::make(d, &[s.splits, s.inputs, s.outputs])),
-            db.map(|d| B::make(d, &[s.splits, 1, s.outputs])),
-        ]
+        timing::timed(
+            "linear backward",
+            || dense_label(&s),
+            || {
+                let slope = negative_slope.map(|a| a as f32);
+                let (x, w, y, g) = (
+                    B::read(&x),
+                    B::read(&weight),
+                    B::read(&output),
+                    B::read(&grad),
+                );
+                let (dx, dw, db) = dense::backward(&s, &x, &w, &y, &g, slope, want);
+                [
+                    dx.map(|d| B::make(d, &[s.splits, s.rows, s.inputs])),
+                    dw.map(|d| B::make(d, &[s.splits, s.inputs, s.outputs])),
+                    db.map(|d| B::make(d, &[s.splits, 1, s.outputs])),
+                ]
+            },
+        )
     }
 
     pub fn adamw_step<B: Host>(
@@ -701,15 +743,21 @@ mod kernels {
         if !fits {
             return tensor_ops::adamw_step::<B>(param, grad, moment_1, moment_2, hp);
         }
-        let (p, m, v) = adamw::step(
-            &B::read(&param),
-            &B::read(&grad),
-            &B::read(&moment_1),
-            &B::read(&moment_2),
-            &hp,
-        );
         let dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
-        [B::make(p, &dims), B::make(m, &dims), B::make(v, &dims)]
+        timing::timed(
+            "adamw step",
+            || format!("{dims:?}"),
+            || {
+                let (p, m, v) = adamw::step(
+                    &B::read(&param),
+                    &B::read(&grad),
+                    &B::read(&moment_1),
+                    &B::read(&moment_2),
+                    &hp,
+                );
+                [B::make(p, &dims), B::make(m, &dims), B::make(v, &dims)]
+            },
+        )
     }
 
     pub fn convolve<B: Host>(
@@ -720,9 +768,15 @@ mod kernels {
         let Some(s) = conv_shape::<B>(&x, &weight, &options) else {
             return B::conv2d(x, weight, None, options);
         };
-        let out = conv::forward(&s, &B::read(&x), &B::read(&weight), None);
-        let [ho, wo] = s.output().expect("checked by conv_shape");
-        B::make(out, &[s.batch, s.channels_out, ho, wo])
+        timing::timed(
+            "conv forward",
+            || conv_label(&s),
+            || {
+                let out = conv::forward(&s, &B::read(&x), &B::read(&weight), None);
+                let [ho, wo] = s.output().expect("checked by conv_shape");
+                B::make(out, &[s.batch, s.channels_out, ho, wo])
+            },
+        )
     }
 
     pub fn convolve_backward<B: Host>(
@@ -736,13 +790,19 @@ mod kernels {
         let Some(s) = s else {
             return tensor_ops::convolve_backward::<B>(x, weight, grad, options, want);
         };
-        let (x, w, g) = (B::read(&x), B::read(&weight), B::read(&grad));
-        let (dx, dw) = conv::backward(&s, &x, &w, &g, want[0], want[1]);
-        let [kh, kw] = s.kernel;
-        [
-            dx.map(|d| B::make(d, &[s.batch, s.channels_in, s.height, s.width])),
-            dw.map(|d| B::make(d, &[s.channels_out, s.channels_in, kh, kw])),
-        ]
+        timing::timed(
+            "conv backward",
+            || conv_label(&s),
+            || {
+                let (x, w, g) = (B::read(&x), B::read(&weight), B::read(&grad));
+                let (dx, dw) = conv::backward(&s, &x, &w, &g, want[0], want[1]);
+                let [kh, kw] = s.kernel;
+                [
+                    dx.map(|d| B::make(d, &[s.batch, s.channels_in, s.height, s.width])),
+                    dw.map(|d| B::make(d, &[s.channels_out, s.channels_in, kh, kw])),
+                ]
+            },
+        )
     }
 
     pub fn batch_norm_train<B: Host>(
@@ -754,13 +814,19 @@ mod kernels {
         let Some(s) = norm_shape::<B>(&x, &[&gamma, &beta]) else {
             return tensor_ops::batch_norm_train::<B>(x, gamma, beta, epsilon);
         };
-        let (y, mean, var) =
-            bn::forward_train(&s, &B::read(&x), &B::read(&gamma), &B::read(&beta), epsilon);
-        [
-            B::make(y, &[s.batch, s.channels, s.size]),
-            B::make(mean, &[s.channels]),
-            B::make(var, &[s.channels]),
-        ]
+        timing::timed(
+            "batch norm forward",
+            || norm_label(&s, None),
+            || {
+                let (y, mean, var) =
+                    bn::forward_train(&s, &B::read(&x), &B::read(&gamma), &B::read(&beta), epsilon);
+                [
+                    B::make(y, &[s.batch, s.channels, s.size]),
+                    B::make(mean, &[s.channels]),
+                    B::make(var, &[s.channels]),
+                ]
+            },
+        )
     }
 
     pub fn batch_norm_backward<B: Host>(
@@ -775,20 +841,26 @@ mod kernels {
         let Some(s) = s else {
             return tensor_ops::batch_norm_backward::<B>(x, gamma, [mean, var], epsilon, grad);
         };
-        let (dx, dgamma, dbeta) = bn::backward(
-            &s,
-            &B::read(&x),
-            &B::read(&gamma),
-            &B::read(&mean),
-            &B::read(&var),
-            epsilon,
-            &B::read(&grad),
-        );
-        [
-            B::make(dx, &[s.batch, s.channels, s.size]),
-            B::make(dgamma, &[s.channels]),
-            B::make(dbeta, &[s.channels]),
-        ]
+        timing::timed(
+            "batch norm backward",
+            || norm_label(&s, None),
+            || {
+                let (dx, dgamma, dbeta) = bn::backward(
+                    &s,
+                    &B::read(&x),
+                    &B::read(&gamma),
+                    &B::read(&mean),
+                    &B::read(&var),
+                    epsilon,
+                    &B::read(&grad),
+                );
+                [
+                    B::make(dx, &[s.batch, s.channels, s.size]),
+                    B::make(dgamma, &[s.channels]),
+                    B::make(dbeta, &[s.channels]),
+                ]
+            },
+        )
     }
 
     /// x [N, C, H, W] as [N, C, H W] with every per-channel tensor of length C, all f32, and
@@ -829,27 +901,33 @@ mod kernels {
         let Some((s, ps)) = norm_relu_shape::<B>(&x, &[&gamma, &beta], pool) else {
             return tensor_ops::batch_norm_relu_train::<B>(x, gamma, beta, epsilon, pool);
         };
-        let (y, mean, var) = bn::relu_forward(
-            &s,
-            &B::read(&x),
-            &B::read(&gamma),
-            &B::read(&beta),
-            epsilon,
-            ps.as_ref(),
-        );
-        let dims = x.shape().dims::<4>();
-        let dims = match ps {
-            Some(ps) => {
-                let [ho, wo] = ps.out();
-                [dims[0], dims[1], ho, wo]
-            }
-            None => dims,
-        };
-        [
-            B::make(y, &dims),
-            B::make(mean, &[s.channels]),
-            B::make(var, &[s.channels]),
-        ]
+        timing::timed(
+            "batch norm relu forward",
+            || norm_label(&s, ps.as_ref()),
+            || {
+                let (y, mean, var) = bn::relu_forward(
+                    &s,
+                    &B::read(&x),
+                    &B::read(&gamma),
+                    &B::read(&beta),
+                    epsilon,
+                    ps.as_ref(),
+                );
+                let dims = x.shape().dims::<4>();
+                let dims = match ps {
+                    Some(ps) => {
+                        let [ho, wo] = ps.out();
+                        [dims[0], dims[1], ho, wo]
+                    }
+                    None => dims,
+                };
+                [
+                    B::make(y, &dims),
+                    B::make(mean, &[s.channels]),
+                    B::make(var, &[s.channels]),
+                ]
+            },
+        )
     }
 
     pub fn batch_norm_relu_backward<B: Host>(
@@ -880,22 +958,28 @@ mod kernels {
                 grad,
             );
         };
-        let (dx, dgamma, dbeta) = bn::relu_backward(
-            &s,
-            &B::read(&x),
-            &B::read(&gamma),
-            &B::read(&beta),
-            &B::read(&mean),
-            &B::read(&var),
-            epsilon,
-            ps.as_ref(),
-            &B::read(&grad),
-        );
-        [
-            B::make(dx, &x.shape().dims::<4>()),
-            B::make(dgamma, &[s.channels]),
-            B::make(dbeta, &[s.channels]),
-        ]
+        timing::timed(
+            "batch norm relu backward",
+            || norm_label(&s, ps.as_ref()),
+            || {
+                let (dx, dgamma, dbeta) = bn::relu_backward(
+                    &s,
+                    &B::read(&x),
+                    &B::read(&gamma),
+                    &B::read(&beta),
+                    &B::read(&mean),
+                    &B::read(&var),
+                    epsilon,
+                    ps.as_ref(),
+                    &B::read(&grad),
+                );
+                [
+                    B::make(dx, &x.shape().dims::<4>()),
+                    B::make(dgamma, &[s.channels]),
+                    B::make(dbeta, &[s.channels]),
+                ]
+            },
+        )
     }
 
     /// x and the residual [N, C, H, W] of one shape, as [N, C, H W], with gamma and beta.
@@ -920,19 +1004,25 @@ mod kernels {
         let Some(s) = add_relu_shape::<B>(&x, &residual, &[&gamma, &beta]) else {
             return tensor_ops::batch_norm_add_relu_train::<B>(x, residual, gamma, beta, epsilon);
         };
-        let (y, mean, var) = bn::add_relu_forward(
-            &s,
-            &B::read(&x),
-            &B::read(&residual),
-            &B::read(&gamma),
-            &B::read(&beta),
-            epsilon,
-        );
-        [
-            B::make(y, &x.shape().dims::<4>()),
-            B::make(mean, &[s.channels]),
-            B::make(var, &[s.channels]),
-        ]
+        timing::timed(
+            "batch norm add relu forward",
+            || norm_label(&s, None),
+            || {
+                let (y, mean, var) = bn::add_relu_forward(
+                    &s,
+                    &B::read(&x),
+                    &B::read(&residual),
+                    &B::read(&gamma),
+                    &B::read(&beta),
+                    epsilon,
+                );
+                [
+                    B::make(y, &x.shape().dims::<4>()),
+                    B::make(mean, &[s.channels]),
+                    B::make(var, &[s.channels]),
+                ]
+            },
+        )
     }
 
     pub fn batch_norm_add_relu_backward<B: Host>(
@@ -953,24 +1043,30 @@ mod kernels {
                 grad,
             );
         };
-        let (dx, dgamma, dbeta, dr) = bn::add_relu_backward(
-            &s,
-            &B::read(&x),
-            &B::read(&residual),
-            &B::read(&gamma),
-            &B::read(&beta),
-            &B::read(&mean),
-            &B::read(&var),
-            epsilon,
-            &B::read(&grad),
-        );
-        let dims = x.shape().dims::<4>();
-        [
-            B::make(dx, &dims),
-            B::make(dgamma, &[s.channels]),
-            B::make(dbeta, &[s.channels]),
-            B::make(dr, &dims),
-        ]
+        timing::timed(
+            "batch norm add relu backward",
+            || norm_label(&s, None),
+            || {
+                let (dx, dgamma, dbeta, dr) = bn::add_relu_backward(
+                    &s,
+                    &B::read(&x),
+                    &B::read(&residual),
+                    &B::read(&gamma),
+                    &B::read(&beta),
+                    &B::read(&mean),
+                    &B::read(&var),
+                    epsilon,
+                    &B::read(&grad),
+                );
+                let dims = x.shape().dims::<4>();
+                [
+                    B::make(dx, &dims),
+                    B::make(dgamma, &[s.channels]),
+                    B::make(dbeta, &[s.channels]),
+                    B::make(dr, &dims),
+                ]
+            },
+        )
     }
 
     pub fn max_pool<B: Host>(x: FloatTensor<B>, geometry: PoolGeometry) -> FloatTensor<B> {
@@ -978,9 +1074,15 @@ mod kernels {
             let [kernel, stride, padding] = geometry;
             return B::max_pool2d(x, kernel, stride, padding, [1, 1], false);
         };
-        let out = pool::forward(&s, &B::read(&x));
-        let [ho, wo] = s.output().expect("checked by pool_shape");
-        B::make(out, &[s.batch, s.channels, ho, wo])
+        timing::timed(
+            "max pool forward",
+            || pool_label(&s),
+            || {
+                let out = pool::forward(&s, &B::read(&x));
+                let [ho, wo] = s.output().expect("checked by pool_shape");
+                B::make(out, &[s.batch, s.channels, ho, wo])
+            },
+        )
     }
 
     pub fn max_pool_backward<B: Host>(
@@ -995,8 +1097,14 @@ mod kernels {
         let Some(s) = s else {
             return tensor_ops::max_pool_backward::<B>(x, grad, geometry);
         };
-        let dx = pool::backward(&s, &B::read(&x), &B::read(&grad));
-        B::make(dx, &[s.batch, s.channels, s.height, s.width])
+        timing::timed(
+            "max pool backward",
+            || pool_label(&s),
+            || {
+                let dx = pool::backward(&s, &B::read(&x), &B::read(&grad));
+                B::make(dx, &[s.batch, s.channels, s.height, s.width])
+            },
+        )
     }
 
     pub fn channel_affine<B: Host>(
@@ -1007,8 +1115,14 @@ mod kernels {
         let Some(s) = norm_shape::<B>(&x, &[&scale, &shift]) else {
             return tensor_ops::channel_affine::<B>(x, scale, shift);
         };
-        let y = bn::affine(&s, &B::read(&x), &B::read(&scale), &B::read(&shift));
-        B::make(y, &[s.batch, s.channels, s.size])
+        timing::timed(
+            "batch norm eval",
+            || norm_label(&s, None),
+            || {
+                let y = bn::affine(&s, &B::read(&x), &B::read(&scale), &B::read(&shift));
+                B::make(y, &[s.batch, s.channels, s.size])
+            },
+        )
     }
 }
 

@@ -21,6 +21,7 @@ mod autodiff;
 mod backend;
 mod optim;
 mod routing;
+pub mod timing;
 
 pub use optim::{AdamWStep, FusedAdamW, FusedAdamWConfig, FusedAdamWState};
 pub use routing::LayerBackend;
