@@ -183,23 +183,19 @@ fn kernels(times: &[timing::LayerTime]) -> f64 {
 }
 
 /// Bytes of the layer's inputs and outputs, forward and backward, each counted once.
-fn bytes(layer: &Layer) -> [f64; 2] {
-    let [n, c, h, w] = layer.input;
-    let x = (n * c * h * w * 4) as f64;
+fn bytes(layer: &Layer, ops: &Operands) -> [f64; 2] {
+    let size = |t: &Tensor<B, 4>| (t.dims().iter().product::<usize>() * 4) as f64;
+    let (x, y) = (size(&ops.x), size(&ops.dy));
     match layer.kind {
-        Kind::Conv {
-            channels_out,
-            stride,
-            ..
-        } => {
-            let y = x * channels_out as f64 / c as f64 / (stride * stride) as f64;
-            // Forward: x in, y out. Backward: x and dy in, dx out (the weight's are small).
-            [x + y, 2.0 * x + y]
+        // Forward: x and the weight in, y out. Backward: x, the weight and dy in, dx and the
+        // weight's adjoint out.
+        Kind::Conv { .. } => {
+            let w = ops.other.as_ref().map_or(0.0, size);
+            [x + w + y, 2.0 * x + 2.0 * w + y]
         }
-        // x in, y out (a quarter of x after the pooling); backward x, dy in, dx out.
-        Kind::NormRelu { pool: true } => [1.25 * x, 2.25 * x],
-        Kind::NormRelu { pool: false } | Kind::Norm => [2.0 * x, 3.0 * x],
-        // x and the residual in, y out; backward x, the residual, dy in, dx and dr out.
+        // x in, y out; backward x and dy in, dx out.
+        Kind::NormRelu { .. } | Kind::Norm => [x + y, 2.0 * x + y],
+        // x and the residual in, y out; backward x, the residual and dy in, dx and dr out.
         Kind::NormAddRelu => [3.0 * x, 5.0 * x],
     }
 }
@@ -225,7 +221,7 @@ fn main() {
         let ops = Operands::new(&layer, &device);
         run(&layer, &ops, &device);
         let times: Vec<[f64; 2]> = (0..reps).map(|_| run(&layer, &ops, &device)).collect();
-        let [bf, bb] = bytes(&layer);
+        let [bf, bb] = bytes(&layer, &ops);
         let stat = |k: usize| {
             let v: Vec<f64> = times.iter().map(|t| t[k]).collect();
             let fastest = v.iter().copied().fold(f64::INFINITY, f64::min);

@@ -45,15 +45,15 @@ impl NormShape {
         second: &[f32],
         f: impl Fn(usize) -> F + Sync,
     ) -> Vec<[f64; K]> {
-        if self.size < 8 {
+        if self.size < LANES {
             return self.short_block_sums(first, second, f);
         }
-        self.strided_block_sums(first, second, f)
+        self.plane_block_sums(first, second, f)
     }
 
-    /// [`channel_sums`](Self::channel_sums) a channel at a time, its blocks (one per image) in
-    /// turn.
-    fn strided_block_sums<const K: usize, F: Fn(f32, f32) -> [f32; K]>(
+    /// [`channel_sums`](Self::channel_sums) by planes: each plane's sums in memory order, then
+    /// each channel's planes added in image order.
+    fn plane_block_sums<const K: usize, F: Fn(f32, f32) -> [f32; K]>(
         &self,
         first: &[f32],
         second: &[f32],
@@ -62,8 +62,9 @@ impl NormShape {
         if self.size == 0 {
             return vec![[0.0; K]; self.channels];
         }
-        // Every plane's sums in memory order, then each channel's added in image order: the
-        // reads stream through the buffers instead of one block of a channel per image.
+        // A channel at a time, the reads jumped C x S entries from one image's block to the
+        // next, a few cache lines each, which the prefetchers did not follow; by planes they
+        // stream through the buffers.
         let planes: Vec<[f64; K]> = first
             .par_chunks(self.size)
             .zip(second.par_chunks(self.size))
@@ -80,7 +81,7 @@ impl NormShape {
     }
 
     /// [`channel_sums`](Self::channel_sums) where a block is shorter than [`block_sums`]'s
-    /// vectors (a batch norm over [N, C], S = 1, or the last stage's 2 x 2 maps): every entry
+    /// [`LANES`] (a batch norm over [N, C], S = 1, or the last stage's 2 x 2 maps): every entry
     /// then goes through its f64 tail, so the blocks are summed here in memory order, images
     /// in turn and channels side by side, instead of one strided channel after another (a
     /// cache line or less per block). Each block's f64 sum starts from zero and is added to its
@@ -159,12 +160,15 @@ impl NormShape {
     }
 }
 
-/// The K sums of f(a_i, b_i) over matching entries, each with eight f32 accumulators, returned
-/// in f64.
+/// The f32 accumulators per sum of [`block_sums`].
+const LANES: usize = 8;
+
+/// The K sums of f(a_i, b_i) over matching entries, each with [`LANES`] f32 accumulators,
+/// returned in f64.
 #[inline(always)]
 fn block_sums<const K: usize>(a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> [f32; K]) -> [f64; K] {
-    let mut lanes = [[0.0f32; 8]; K];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let mut lanes = [[0.0f32; LANES]; K];
+    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let mut tail = [0.0f64; K];
     for (&x, &y) in ac.remainder().iter().zip(bc.remainder()) {
         for (t, v) in tail.iter_mut().zip(f(x, y)) {
@@ -172,7 +176,7 @@ fn block_sums<const K: usize>(a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> [f3
         }
     }
     for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
+        for l in 0..LANES {
             let v = f(x[l], y[l]);
             for k in 0..K {
                 lanes[k][l] += v[k];
@@ -235,7 +239,8 @@ fn channel_map(
                         #[inline(always)]
                         || {
                             if s.size == 1 {
-                                // [N, C]: a row's entries side by side, each its channel's.
+                                // [N, C]: a row is one vector loop; as blocks of one entry, each
+                                // entry was a loop of its own.
                                 for ((y, &x), (&a, &b)) in
                                     y.iter_mut().zip(x).zip(scale.iter().zip(shift))
                                 {
@@ -390,7 +395,7 @@ impl Adjoint {
                             #[inline(always)]
                             || {
                                 if s.size == 1 {
-                                    // [N, C]: as `channel_map`, a row at a time.
+                                    // [N, C]: a row is one vector loop, as in `channel_map`.
                                     for (c, ((dx, &x), &g)) in
                                         dx.iter_mut().zip(x).zip(g).enumerate()
                                     {
@@ -692,8 +697,9 @@ pub(crate) fn add_relu_backward(
                                 .chunks_mut(s.size)
                                 .zip(x.chunks(s.size))
                                 .zip(r.chunks(s.size).zip(g.chunks(s.size)));
-                            // A loop, not `map` and `collect`, for the reason `channel_sums`
-                            // gives.
+                            // A loop, not `map` and `collect`: the compiler kept the closure
+                            // of an iterator chain out of line, and the reduction inside it
+                            // compiled without the vector width.
                             let mut sums = Vec::with_capacity(s.channels);
                             for (c, ((dr, x), (r, g))) in planes.enumerate() {
                                 let (a, b, m) = (scale[c], shift[c], mean[c]);
@@ -900,47 +906,81 @@ mod tests {
         assert_eq!((dx, dgamma, dbeta), want);
     }
 
-    /// Against the two-pass definition in f64, on channels far from zero (where a sum of
-    /// squares minus the squared mean would lose the variance), with blocks of several sizes.
-    /// (Offsets much larger than 1e2 times the spread would meet the f32 rounding of the mean,
-    /// which the variance then inherits.)
+    /// Both paths of `channel_sums` (rows of short blocks, planes of long ones) against the
+    /// per-channel loop they replaced, bit for bit: sizes under and over the lanes, channels
+    /// over one task's group, an empty batch and no channels, and zeros of both signs among
+    /// the entries (one channel all negative zeros).
     #[test]
-    fn short_blocks_sum_to_the_bits_of_the_strided_sums() {
-        // Sizes under the vector width, channels over one task's group, and zeros of both signs
-        // among the entries (all of one channel negative zeros).
-        for (size, channels) in [(1usize, 130usize), (1, 3), (2, 70), (4, 64), (7, 5), (0, 4)] {
+    fn channel_sums_equal_the_per_channel_loop_to_the_bit() {
+        let shapes = [
+            (9usize, 130usize, 1usize),
+            (9, 3, 1),
+            (9, 70, 2),
+            (9, 64, 4),
+            (9, 5, 7),
+            (9, 4, 0),
+            (9, 5, 8),
+            (9, 3, 13),
+            (7, 6, 49),
+            (0, 3, 5),
+            (0, 3, 16),
+            (4, 0, 5),
+        ];
+        for (batch, channels, size) in shapes {
             let s = NormShape {
-                batch: 9,
+                batch,
                 channels,
                 size,
             };
-            let len = s.batch * channels * size;
+            let len = batch * channels * size;
             let x: Vec<f32> = values(len, 5)
                 .iter()
                 .enumerate()
-                .map(|(i, &v)| match ((i / size.max(1)) % channels, i % 11) {
-                    (1, _) => -0.0,
-                    (_, 3) => 0.0,
-                    _ => 1e3 * v + 1e-3 * i as f32,
-                })
+                .map(
+                    |(i, &v)| match ((i / size.max(1)) % channels.max(1), i % 11) {
+                        (1, _) => -0.0,
+                        (_, 3) => 0.0,
+                        // Magnitudes from 2^-60 to 2^60: the f64 sums round, so another
+                        // order of the additions shows.
+                        _ => v * 2f32.powi((i * 37 % 121) as i32 - 60),
+                    },
+                )
                 .collect();
             let g = values(len, 6);
             let f = |c: usize| move |g: f32, v: f32| [g, g * (v - c as f32), -v];
-            let short = s.short_block_sums(&g, &x, f);
-            let strided = s.strided_block_sums(&g, &x, f);
-            assert_eq!(short.len(), channels);
-            for (c, (a, b)) in short.iter().zip(&strided).enumerate() {
+            // The loop `channel_sums` was: a channel at a time, its blocks in image order.
+            let want: Vec<[f64; 3]> = (0..channels)
+                .map(|c| {
+                    let mut sums = [0.0; 3];
+                    for n in 0..batch {
+                        let start = (n * channels + c) * size;
+                        let block =
+                            block_sums(&g[start..start + size], &x[start..start + size], &f(c));
+                        for (t, v) in sums.iter_mut().zip(block) {
+                            *t += v;
+                        }
+                    }
+                    sums
+                })
+                .collect();
+            let got = s.channel_sums(&g, &x, f);
+            assert_eq!(got.len(), channels);
+            for (c, (a, b)) in got.iter().zip(&want).enumerate() {
                 for k in 0..3 {
                     assert_eq!(
                         a[k].to_bits(),
                         b[k].to_bits(),
-                        "size {size} channel {c} sum {k}"
+                        "{batch} x {channels} x {size}: channel {c} sum {k}"
                     );
                 }
             }
         }
     }
 
+    /// Against the two-pass definition in f64, on channels far from zero (where a sum of
+    /// squares minus the squared mean would lose the variance), with blocks of several sizes.
+    /// (Offsets much larger than 1e2 times the spread would meet the f32 rounding of the mean,
+    /// which the variance then inherits.)
     #[test]
     fn statistics_match_the_two_pass_definition() {
         for size in [1usize, 5, 13, 49, 64, 100, 196] {

@@ -546,11 +546,15 @@ mod kernels {
         tensors.iter().all(|t| t.dtype() == DType::F32)
     }
 
-    // The shapes as `timing`'s records name them.
+    // `timing`'s record names: the shapes and every setting that changes a kernel's work.
     fn conv_label(s: &ConvShape) -> String {
-        let ([kh, kw], [sh, sw]) = (s.kernel, s.stride);
+        let ([kh, kw], [sh, sw], [ph, pw]) = (s.kernel, s.stride, s.padding);
+        let dilation = match s.dilation {
+            [1, 1] => String::new(),
+            [dh, dw] => format!(" dilation {dh}x{dw}"),
+        };
         format!(
-            "[{}, {}, {}, {}] to {} kernel {kh}x{kw} stride {sh}x{sw}",
+            "[{}, {}, {}, {}] to {} kernel {kh}x{kw} stride {sh}x{sw} padding {ph}x{pw}{dilation}",
             s.batch, s.channels_in, s.height, s.width, s.channels_out
         )
     }
@@ -564,9 +568,9 @@ mod kernels {
     }
 
     fn pool_label(s: &PoolShape) -> String {
-        let ([kh, kw], [sh, sw]) = (s.kernel, s.stride);
+        let ([kh, kw], [sh, sw], [ph, pw]) = (s.kernel, s.stride, s.padding);
         format!(
-            "[{}, {}, {}, {}] kernel {kh}x{kw} stride {sh}x{sw}",
+            "[{}, {}, {}, {}] kernel {kh}x{kw} stride {sh}x{sw} padding {ph}x{pw}",
             s.batch, s.channels, s.height, s.width
         )
     }

@@ -8,7 +8,9 @@
 //! reading its operands and making its outputs included, to its record. The kernels run their own
 //! threads inside the call, so the time is that of the whole machine's work on the layer. Burn's
 //! operations between the layers (element-wise operations, the loss, autodiff's bookkeeping)
-//! are not recorded: a step's time less the sum of the records is theirs.
+//! are not recorded: a step's time less the sum of the records is theirs. Calls made at the same
+//! time from several threads (one model per thread) each count their own wall time, so their
+//! records can add up to more than the time that passed.
 //!
 //! ```
 //! use burn::backend::NdArray;
@@ -22,7 +24,7 @@
 //! let _y = layers::max_pool2d_module(&pool, x);
 //! let times = timing::finish();
 //! assert_eq!(times[0].layer, "max pool forward");
-//! assert_eq!(times[0].shape, "[2, 3, 8, 8] kernel 2x2 stride 2x2");
+//! assert_eq!(times[0].shape, "[2, 3, 8, 8] kernel 2x2 stride 2x2 padding 0x0");
 //! assert_eq!(times[0].calls, 1);
 //! ```
 
@@ -81,6 +83,8 @@ fn records() -> MutexGuard<'static, Records> {
 }
 
 /// Times `work` as a call of `layer` on the shape that `shape` describes, when recording.
+// Only the CPU kernels, which the backend features bring, are timed.
+#[cfg_attr(not(any(feature = "ndarray", feature = "flex")), allow(dead_code))]
 pub(crate) fn timed<T>(
     layer: &'static str,
     shape: impl FnOnce() -> String,
