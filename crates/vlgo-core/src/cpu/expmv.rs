@@ -385,12 +385,6 @@ pub fn backward(
                     // acc = fbar + (1/j) A'^T acc, and the next power w_power = A' w_{power-1}
                     // / power in the same pass: two independent chains of multiply-adds.
                     next.copy_from_slice(fbar);
-                    let acc_term = VecMat {
-                        x: row,
-                        m: sa,
-                        y: next,
-                        accumulate: true,
-                    };
                     if power < j_max {
                         let (lo, hi) = powers.split_at_mut(power * n);
                         let power_term = VecMat {
@@ -399,12 +393,18 @@ pub fn backward(
                             y: &mut hi[..n],
                             accumulate: false,
                         };
+                        let acc_term = VecMat {
+                            x: row,
+                            m: sa,
+                            y: next,
+                            accumulate: true,
+                        };
                         vecmat_pair(power_term, acc_term, n);
                         let inv = 1.0 / power as f32;
                         hi[..n].iter_mut().for_each(|x| *x *= inv);
                         power += 1;
                     } else {
-                        vecmat(acc_term.x, sa, acc_term.y, n, true);
+                        vecmat(row, sa, next, n, true);
                     }
                     std::mem::swap(acc, next);
                 }
