@@ -1359,7 +1359,14 @@ macro_rules! instantiate {
             use super::*;
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, acc: bool) {
-                matmul_body::<$fma, $rows, $width>(a, b, c, n, acc)
+                // AVX-512's 32 registers take 8 x 32 tiles (16 accumulators): 64 x 64 is then
+                // whole tiles, and each B strip loaded serves 8 rows instead of 6. Every
+                // entry's sum runs over k in order whatever the tile, so the bits do not
+                // change; the factorisation and the solves keep the instruction set's row
+                // blocks.
+                matmul_body::<$fma, { if $width == 32 { 8 } else { $rows } }, $width>(
+                    a, b, c, n, acc,
+                )
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lin_comb(terms: &[(&[f32], f32)], out: &mut [f32], acc: bool) {
@@ -1442,7 +1449,8 @@ macro_rules! instantiate {
 }
 
 #[cfg(target_arch = "x86_64")]
-// Tiles: 6 x 32 (12 of 32 zmm), 6 x 16 (12 of 16 ymm), 4 x 8 (8 of 16 xmm).
+// Tiles: 6 x 32 (12 of 32 zmm; the product's 8 x 32, 16), 6 x 16 (12 of 16 ymm), 4 x 8 (8 of
+// 16 xmm).
 instantiate!(avx512, Fused, 6, 32, "avx512f", "avx2", "fma");
 #[cfg(target_arch = "x86_64")]
 instantiate!(avx2, Fused, 6, 16, "avx2", "fma");
@@ -2112,6 +2120,61 @@ mod tests {
                 (out[k] - want).abs() < 1e-4 * (1.0 + want.abs()),
                 "entry {k}"
             );
+        }
+    }
+
+    /// The product of every instruction set sums each entry over k in order, one multiply-add
+    /// at a time (fused where the set has them), whatever its tiles: the bits of the loop
+    /// `Product::entry` runs, fresh and added to what C holds, with sizes that leave rows to
+    /// every smaller tile (63 = 7 x 8 + 4 + 2 + 1) and columns to the narrow strips, and
+    /// magnitudes from 2^-20 to 2^20 so that another order of the sums would show.
+    #[test]
+    fn matmul_of_every_instruction_set_sums_each_entry_in_order() {
+        type Kernel = unsafe fn(&[f32], &[f32], &mut [f32], usize, bool);
+        type MulAdd = fn(f32, f32, f32) -> f32;
+        let mut sets: Vec<(&str, Kernel, MulAdd)> =
+            vec![("portable", portable::matmul, Unfused::fma)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if matches!(isa(), Isa::Avx2 | Isa::Avx512) {
+                sets.push(("avx2", avx2::matmul, Fused::fma));
+            }
+            if isa() == Isa::Avx512 {
+                sets.push(("avx512", avx512::matmul, Fused::fma));
+            }
+        }
+        let value = |k: usize, seed: usize| {
+            let v = ((k * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
+            v * 2f32.powi((k * 31 + seed) as i32 % 41 - 20)
+        };
+        for (name, matmul, fma) in sets {
+            for n in [1, 2, 3, 7, 16, 63, 64, 65, 130] {
+                let a: Vec<f32> = (0..n * n).map(|k| value(k, 1)).collect();
+                let b: Vec<f32> = (0..n * n).map(|k| value(k, 2)).collect();
+                let start: Vec<f32> = (0..n * n).map(|k| value(k, 3)).collect();
+                for accumulate in [false, true] {
+                    let mut c = if accumulate {
+                        start.clone()
+                    } else {
+                        vec![f32::NAN; n * n]
+                    };
+                    // SAFETY: a, b and c are n x n; the set's instructions were detected.
+                    unsafe { matmul(&a, &b, &mut c, n, accumulate) };
+                    for i in 0..n {
+                        for j in 0..n {
+                            let mut s = if accumulate { start[i * n + j] } else { 0.0 };
+                            for k in 0..n {
+                                s = fma(a[i * n + k], b[k * n + j], s);
+                            }
+                            assert_eq!(
+                                c[i * n + j].to_bits(),
+                                s.to_bits(),
+                                "{name}, n = {n}, accumulate {accumulate}: entry ({i}, {j})"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 
