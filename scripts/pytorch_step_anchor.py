@@ -10,11 +10,13 @@ default), the step that `cargo bench --bench step -- --backend flex --only 28 --
 --max-pool --batch 256` times.
 
 Prints images per second and the peak device memory. With --profile (CPU only), the steps run
-under torch.profiler and the operators' self time is printed per network stage, in ms per step:
-the convolutions (forward and both adjoints) and the batch norms (with the stem's max pooling),
-then the element-wise operations and the rest: the PyTorch side of the per-stage table in
-docs/pretrain.md, whose other side is `cargo bench --bench step -- ... --layer-times`. The
-profiler slows the step: its wall time is printed too.
+under torch.profiler instead, and the script prints their wall time under the profiler (which
+slows them) and the operators' self time per network stage, in ms per step: the convolutions
+(forward and both adjoints) and the batch norms (with the stem's max pooling), then the
+element-wise operations (ReLU, its adjoint, additions and multiplications, AdamW's among them)
+and the rest (AdamW's other updates, the head's products, the loss). This is the PyTorch side of
+the per-stage table in docs/pretrain.md, whose other side is `cargo bench --bench step -- ...
+--layer-times`.
 
 Usage: python3 scripts/pytorch_step_anchor.py [--shape cifar10|fashion-mnist] [--device cuda]
        [--batch N] [--steps 20] [--threads N] [--profile]
@@ -80,9 +82,9 @@ SHAPES = {
 }
 
 
-def stage_times(prof, steps, cin, side, width):
+def stage_times(prof, steps, cin, side, max_pool):
     """Self CPU time per (kind, stage) in ms per step from the profiler's operators. A stage is
-    named by its channels and its maps' side; the stem's convolution reads the input's `cin`
+    named by its channels; the stem's convolution reads the input's `cin`
     channels, and its batch norm runs at the input's side only when max pooling follows it
     (without pooling it has the first stage's shape and is counted there)."""
 
@@ -94,11 +96,11 @@ def stage_times(prof, steps, cin, side, width):
         name, shapes = e.key, e.input_shapes
         ms = e.self_cpu_time_total / 1e3 / steps
         kind, where = "other", ""
-        if name in ("aten::mkldnn_convolution", "aten::_convolution", "aten::thnn_conv2d"):
+        if name in ("aten::mkldnn_convolution", "aten::_slow_conv2d_forward"):
             if shapes and len(shapes) > 1 and len(shapes[1]) == 4:
                 kind = "conv"
                 where = "stem" if shapes[0][1] == cin else stage(shapes[1][0])
-        elif name == "aten::convolution_backward":
+        elif name in ("aten::convolution_backward", "aten::_slow_conv2d_backward"):
             if shapes and len(shapes) > 2 and len(shapes[1]) == 4:
                 kind = "conv"
                 where = "stem" if shapes[1][1] == cin else stage(shapes[0][1])
@@ -107,10 +109,8 @@ def stage_times(prof, steps, cin, side, width):
             dims = shapes[0] if shapes else []
             if len(dims) == 2:
                 where = "head"
-            elif len(dims) == 4 and dims[2] == side:
-                where = "stem" if dims[1] == width else stage(dims[1])
             elif len(dims) == 4:
-                where = stage(dims[1])
+                where = "stem" if max_pool and dims[2] == side else stage(dims[1])
         elif name.startswith("aten::max_pool2d"):
             kind, where = "norm", "stem"
         elif name in ("aten::clamp_min", "aten::relu", "aten::relu_", "aten::threshold_backward",
@@ -169,7 +169,7 @@ def main():
             for _ in range(args.steps):
                 step()
             dt = (time.perf_counter() - start) / args.steps
-        times = stage_times(prof, args.steps, cin, side, width)
+        times = stage_times(prof, args.steps, cin, side, max_pool)
         total = sum(times.values())
         print(f"pytorch {torch.__version__} simclr-mlp step, {args.shape}, batch {batch}, "
               f"{torch.get_num_threads()} threads, under the profiler: {dt * 1e3:.1f} ms/step, "

@@ -2127,7 +2127,7 @@ mod tests {
     /// at a time (fused where the set has them), whatever its tiles: the bits of the loop
     /// `Product::entry` runs, fresh and added to what C holds, with sizes that leave rows to
     /// every smaller tile (63 = 7 x 8 + 4 + 2 + 1) and columns to the narrow strips, and
-    /// magnitudes from 2^-20 to 2^20 so that another order of the sums would show.
+    /// values scaled by 2^-20 to 2^20 so that another order of the sums would show.
     #[test]
     fn matmul_of_every_instruction_set_sums_each_entry_in_order() {
         type Kernel = unsafe fn(&[f32], &[f32], &mut [f32], usize, bool);
