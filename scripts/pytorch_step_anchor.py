@@ -23,6 +23,7 @@ Usage: python3 scripts/pytorch_step_anchor.py [--shape cifar10|fashion-mnist] [-
 """
 import argparse
 import collections
+import contextlib
 import time
 
 import torch
@@ -160,15 +161,23 @@ def main():
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
+        def profiled():
+            return profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+
         # The profiler's first steps run slow (its own set-up): two steps under a discarded one.
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
+        with profiled():
             step()
             step()
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                step()
-            dt = (time.perf_counter() - start) / args.steps
+        timed = profiled()
+    else:
+        timed = contextlib.nullcontext()
+    with timed as prof:
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        sync()
+        dt = (time.perf_counter() - start) / args.steps
+    if args.profile:
         times = stage_times(prof, args.steps, cin, side, max_pool)
         total = sum(times.values())
         print(f"pytorch {torch.__version__} simclr-mlp step, {args.shape}, batch {batch}, "
@@ -179,11 +188,6 @@ def main():
         for (kind, where), ms in sorted(times.items()):
             print(f"| {kind} | {where} | {ms:.2f} | {100 * ms / total:.1f} % |")
         return
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    sync()
-    dt = (time.perf_counter() - start) / args.steps
     peak = f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MiB" if device.type == "cuda" else "n/a"
     print(f"pytorch {torch.__version__} simclr-mlp step, {args.shape}, batch {batch}, {device}: "
           f"{dt:.4f} s/step, {batch / dt:.1f} images/s, peak memory {peak}")
