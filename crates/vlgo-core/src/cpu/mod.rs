@@ -9,6 +9,7 @@
 
 #[cfg(feature = "layers")]
 pub(crate) mod adamw;
+pub(crate) mod aligned;
 #[cfg(feature = "layers")]
 pub(crate) mod batch_norm;
 #[cfg(feature = "layers")]
@@ -42,7 +43,7 @@ use rayon::prelude::*;
 
 use crate::expm::expmv::KernelRecord;
 use crate::expm::{ExpmMethod, ExpmvConfig};
-use host::{Host, output};
+use host::{Host, output, output_in_parts};
 
 /// Whether the kernel takes this tensor (f32); other dtypes keep the tensor-op path.
 pub(crate) fn accepts<B: Backend>(t: &FloatTensor<B>) -> bool {
@@ -84,7 +85,7 @@ fn in_f32<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
 /// ```
 pub fn expm_into(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod) -> crate::Result<()> {
     check_batch("expm_into", a, out.len(), n)?;
-    forward_matrices(a, out, n, method);
+    forward_matrices(a, out.par_chunks_mut(n * n), n, method);
     Ok(())
 }
 
@@ -110,7 +111,7 @@ pub fn expm_backward_into(
         &[a.len()],
         &[grad.len()],
     )?;
-    backward_matrices(a, grad, abar, n, method);
+    backward_matrices(a, grad, abar.par_chunks_mut(n * n), n, method);
     Ok(())
 }
 
@@ -134,25 +135,36 @@ pub(crate) fn expm_batch<B: Host>(a: FloatTensor<B>, method: ExpmMethod) -> Floa
     let dims = a.shape().dims::<3>();
     let n = dims[1];
     let input = B::read(&a);
-    let mut out = output(input.len());
-    if n > 0 {
-        forward_matrices(&input, &mut out, n, method);
-    }
+    let (out, ()) = output_in_parts(input.len(), n * n, |parts| {
+        if n > 0 {
+            forward_matrices(&input, parts, n, method);
+        }
+    });
     B::make(out, &dims)
 }
 
-/// exp(A) of every n x n matrix of `a` into `out` (n >= 1, whole matrices, same lengths).
-fn forward_matrices(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod) {
-    let items = out.par_chunks_mut(n * n).zip(a.par_chunks(n * n));
+/// exp(A) of every n x n matrix of `a` into the parts of `out`, one matrix each (n >= 1, whole
+/// matrices, as many parts as matrices).
+fn forward_matrices<'o>(
+    a: &[f32],
+    out: impl IndexedParallelIterator<Item = &'o mut [f32]>,
+    n: usize,
+    method: ExpmMethod,
+) {
+    let items = out.zip(a.par_chunks(n * n));
     for_each_matrix(items, n, |ws, (o, a)| expm::forward(a, o, n, method, ws));
 }
 
-/// The adjoint of every n x n matrix of `a` given that of its exponential in `grad`, into
-/// `abar` (as [`forward_matrices`]).
-fn backward_matrices(a: &[f32], grad: &[f32], abar: &mut [f32], n: usize, method: ExpmMethod) {
-    let items = abar
-        .par_chunks_mut(n * n)
-        .zip(a.par_chunks(n * n).zip(grad.par_chunks(n * n)));
+/// The adjoint of every n x n matrix of `a` given that of its exponential in `grad`, into the
+/// parts of `abar` (as [`forward_matrices`]).
+fn backward_matrices<'o>(
+    a: &[f32],
+    grad: &[f32],
+    abar: impl IndexedParallelIterator<Item = &'o mut [f32]>,
+    n: usize,
+    method: ExpmMethod,
+) {
+    let items = abar.zip(a.par_chunks(n * n).zip(grad.par_chunks(n * n)));
     for_each_matrix(items, n, |ws, (o, (a, g))| {
         expm::backward(a, g, o, n, method, ws)
     });
@@ -168,10 +180,11 @@ pub(crate) fn expm_backward_batch<B: Host>(
     let n = dims[1];
     let grad = in_f32::<B>(grad);
     let (input, grad) = (B::read(&a), B::read(&grad));
-    let mut out = output(input.len());
-    if n > 0 {
-        backward_matrices(&input, &grad, &mut out, n, method);
-    }
+    let (out, ()) = output_in_parts(input.len(), n * n, |parts| {
+        if n > 0 {
+            backward_matrices(&input, &grad, parts, n, method);
+        }
+    });
     B::make(out, &dims)
 }
 

@@ -3,7 +3,9 @@
 //! solve, transpose. The bodies are plain loops over fixed-width chunks that the compiler
 //! vectorises; they are compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the
 //! CPU has is chosen once at run time, so one binary runs everywhere and uses AVX-512 where it
-//! exists.
+//! exists. One kernel is written with intrinsics instead: the 64 x 64 product on AVX-512
+//! (`matmul64_avx512`), whose speed from the generic body depended on how the compiler happened
+//! to fold its constants.
 //!
 //! The `try_into().unwrap()` calls turn a slice of a fixed-width strip into an array of that
 //! width; the loop bounds give every such slice exactly W (or R, PANEL) entries, so they never
@@ -186,6 +188,55 @@ fn matmul_body<F: Fma, const R: usize, const W: usize>(
         n,
         n,
     );
+}
+
+/// C (+)= A B for 64 x 64 matrices on AVX-512 (the exponential's usual size, and that of
+/// ManifoldCLR's blocks), written with the instruction set's intrinsics: 8 x 32 register tiles,
+/// each entry summed over k in order with one fused multiply-add per term, as [`matmul_body`]
+/// sums it, so the bits are the same. With the order known at compile time every row of A is a
+/// fixed offset from one pointer and no index needs a check; compiled from the generic body, the
+/// same constant folding came and went with unrelated edits elsewhere in the crate (one build ran
+/// this product at half the speed of another from the same source), so it is spelled out here.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+unsafe fn matmul64_avx512(a: &[f32], b: &[f32], c: &mut [f32], accumulate: bool) {
+    use std::arch::x86_64::*;
+    const N: usize = 64;
+    const R: usize = 8;
+    let (a, b, c) = (&a[..N * N], &b[..N * N], &mut c[..N * N]);
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    for j0 in (0..N).step_by(32) {
+        for i0 in (0..N).step_by(R) {
+            // SAFETY: i0 + r < N, j0 + 32 <= N and k < N, so every offset below lies inside the
+            // N x N matrices whose lengths the slicing above checked; unaligned loads and stores.
+            unsafe {
+                let mut acc = [_mm512_setzero_ps(); 2 * R];
+                if accumulate {
+                    for r in 0..R {
+                        let row = c.add((i0 + r) * N + j0);
+                        acc[2 * r] = _mm512_loadu_ps(row);
+                        acc[2 * r + 1] = _mm512_loadu_ps(row.add(16));
+                    }
+                }
+                let rows = a.add(i0 * N);
+                for k in 0..N {
+                    let strip = b.add(k * N + j0);
+                    let (b0, b1) = (_mm512_loadu_ps(strip), _mm512_loadu_ps(strip.add(16)));
+                    for r in 0..R {
+                        let x = _mm512_set1_ps(*rows.add(r * N + k));
+                        acc[2 * r] = _mm512_fmadd_ps(x, b0, acc[2 * r]);
+                        acc[2 * r + 1] = _mm512_fmadd_ps(x, b1, acc[2 * r + 1]);
+                    }
+                }
+                for r in 0..R {
+                    let row = c.add((i0 + r) * N + j0);
+                    _mm512_storeu_ps(row, acc[2 * r]);
+                    _mm512_storeu_ps(row.add(16), acc[2 * r + 1]);
+                }
+            }
+        }
+    }
 }
 
 /// y (+)= x^T M for a row-major n x n M: the product as one row of C = A B, so y stays in
@@ -1359,6 +1410,12 @@ macro_rules! instantiate {
             use super::*;
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, acc: bool) {
+                #[cfg(target_arch = "x86_64")]
+                if $width == 32 && n == 64 {
+                    // SAFETY: only the AVX-512 instantiation (width 32) comes here, and its
+                    // caller has checked that the CPU has AVX-512F.
+                    return unsafe { matmul64_avx512(a, b, c, acc) };
+                }
                 // AVX-512's 32 registers take 8 x 32 tiles (16 accumulators): 64 x 64 is then
                 // whole tiles, and each B strip loaded serves 8 rows instead of 6. Every
                 // entry's sum runs over k in order whatever the tile, so the bits do not
