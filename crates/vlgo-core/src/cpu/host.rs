@@ -40,11 +40,11 @@ pub(crate) type ZeroedParts<'a> = rayon::iter::Map<
 >;
 
 /// A buffer of `len` floats for a kernel's output (as [`output`]) that `write` fills in parts of
-/// `part` floats on rayon's threads: each part is zeroed by the thread that takes it, just before
-/// it is written, rather than the whole buffer on the calling thread first: zeroing a 64 MiB
+/// `part` floats on rayon's threads. Each part is zeroed by the thread that takes it, just before
+/// it is written, rather than the whole buffer on the calling thread first. Zeroing a 64 MiB
 /// output on one thread was about 5 % of a profile of the exponential's forward through the
-/// tensor API (`docs/expm.md`), and a part zeroed in cache costs little more than its first
-/// write would. Returns the buffer and what `write` returned.
+/// tensor API (`docs/expm.md`); a part zeroed in cache costs little more than its first write
+/// would. Returns the buffer and what `write` returned.
 ///
 /// # Panics
 /// If `write` does not take every part (each must be written, or the buffer would hold
