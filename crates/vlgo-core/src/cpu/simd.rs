@@ -3,9 +3,9 @@
 //! solve, transpose. The bodies are plain loops over fixed-width chunks that the compiler
 //! vectorises; they are compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the
 //! CPU has is chosen once at run time, so one binary runs everywhere and uses AVX-512 where it
-//! exists. One kernel is written with intrinsics instead: the 64 x 64 product on AVX-512
-//! (`matmul64_avx512`), whose speed from the generic body depended on how the compiler happened
-//! to fold its constants.
+//! exists. The 64 x 64 product and solves on AVX-512 are written with intrinsics instead
+//! (`avx512_64`), whose speed from the generic bodies depended on how the compiler happened
+//! to fold their constants.
 //!
 //! The `try_into().unwrap()` calls turn a slice of a fixed-width strip into an array of that
 //! width; the loop bounds give every such slice exactly W (or R, PANEL) entries, so they never
@@ -13,6 +13,9 @@
 //! sizes.
 
 use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512_64;
 
 /// a * b + c, fused where the instruction set has FMA (the fused form is also more accurate).
 trait Fma {
@@ -188,55 +191,6 @@ fn matmul_body<F: Fma, const R: usize, const W: usize>(
         n,
         n,
     );
-}
-
-/// C (+)= A B for 64 x 64 matrices on AVX-512 (the exponential's usual size, and that of
-/// ManifoldCLR's blocks), written with the instruction set's intrinsics: 8 x 32 register tiles,
-/// each entry summed over k in order with one fused multiply-add per term, as [`matmul_body`]
-/// sums it, so the bits are the same. With the order known at compile time every row of A is a
-/// fixed offset from one pointer and no index needs a check; compiled from the generic body, the
-/// same constant folding came and went with unrelated edits elsewhere in the crate (one build ran
-/// this product at half the speed of another from the same source), so it is spelled out here.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline(never)]
-unsafe fn matmul64_avx512(a: &[f32], b: &[f32], c: &mut [f32], accumulate: bool) {
-    use std::arch::x86_64::*;
-    const N: usize = 64;
-    const R: usize = 8;
-    let (a, b, c) = (&a[..N * N], &b[..N * N], &mut c[..N * N]);
-    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
-    for j0 in (0..N).step_by(32) {
-        for i0 in (0..N).step_by(R) {
-            // SAFETY: i0 + r < N, j0 + 32 <= N and k < N, so every offset below lies inside the
-            // N x N matrices whose lengths the slicing above checked; unaligned loads and stores.
-            unsafe {
-                let mut acc = [_mm512_setzero_ps(); 2 * R];
-                if accumulate {
-                    for r in 0..R {
-                        let row = c.add((i0 + r) * N + j0);
-                        acc[2 * r] = _mm512_loadu_ps(row);
-                        acc[2 * r + 1] = _mm512_loadu_ps(row.add(16));
-                    }
-                }
-                let rows = a.add(i0 * N);
-                for k in 0..N {
-                    let strip = b.add(k * N + j0);
-                    let (b0, b1) = (_mm512_loadu_ps(strip), _mm512_loadu_ps(strip.add(16)));
-                    for r in 0..R {
-                        let x = _mm512_set1_ps(*rows.add(r * N + k));
-                        acc[2 * r] = _mm512_fmadd_ps(x, b0, acc[2 * r]);
-                        acc[2 * r + 1] = _mm512_fmadd_ps(x, b1, acc[2 * r + 1]);
-                    }
-                }
-                for r in 0..R {
-                    let row = c.add((i0 + r) * N + j0);
-                    _mm512_storeu_ps(row, acc[2 * r]);
-                    _mm512_storeu_ps(row.add(16), acc[2 * r + 1]);
-                }
-            }
-        }
-    }
 }
 
 /// y (+)= x^T M for a row-major n x n M: the product as one row of C = A B, so y stays in
@@ -1414,7 +1368,7 @@ macro_rules! instantiate {
                 if $width == 32 && n == 64 {
                     // SAFETY: only the AVX-512 instantiation (width 32) comes here, and its
                     // caller has checked that the CPU has AVX-512F.
-                    return unsafe { matmul64_avx512(a, b, c, acc) };
+                    return unsafe { avx512_64::matmul(a, b, c, acc) };
                 }
                 // AVX-512's 32 registers take 8 x 32 tiles (16 accumulators): 64 x 64 is then
                 // whole tiles, and each B strip loaded serves 8 rows instead of 6. Every
@@ -1446,6 +1400,11 @@ macro_rules! instantiate {
                 tmp: &mut [f32],
                 n: usize,
             ) {
+                #[cfg(target_arch = "x86_64")]
+                if $width == 32 && n == 64 {
+                    // SAFETY: as in `matmul`.
+                    return unsafe { avx512_64::lu_solve(u, l, perm, b, tmp) };
+                }
                 lu_solve_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*
@@ -1457,6 +1416,11 @@ macro_rules! instantiate {
                 tmp: &mut [f32],
                 n: usize,
             ) {
+                #[cfg(target_arch = "x86_64")]
+                if $width == 32 && n == 64 {
+                    // SAFETY: as in `matmul`.
+                    return unsafe { avx512_64::lu_solve_transposed(u, l, perm, b, tmp) };
+                }
                 lu_solve_transposed_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*
@@ -2130,6 +2094,63 @@ mod tests {
                     assert!(err < 1e-3, "{name}, n = {n}, {what}: max error {err:.2e}");
                 }
             }
+        }
+    }
+
+    /// The 64 x 64 solves in intrinsics (`avx512_64`) give the generic AVX-512 bodies' bits
+    /// (6-row blocks, 32-wide strips), on a factorisation with row exchanges, right-hand sides
+    /// whose magnitudes span many binades, and diagonal entries of U equal to one (where the
+    /// scaling is skipped).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn solves_of_64_in_intrinsics_match_the_generic_bodies_to_the_bit() {
+        if isa() != Isa::Avx512 {
+            return;
+        }
+        const N: usize = 64;
+        let value = |k: usize, seed: usize| {
+            let v = ((k * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
+            v * 2f32.powi((k * 31 + seed) as i32 % 21 - 10)
+        };
+        let mut a: Vec<f32> = (0..N * N).map(|k| value(k, 1)).collect();
+        // Rows 0..8 all but zero on the diagonal: the first steps exchange rows.
+        for i in 0..8 {
+            a[i * N + i] = 0.0;
+        }
+        let (mut u, mut l, mut perm) = (a.clone(), vec![0.0; N * N], vec![0; N]);
+        // SAFETY: the CPU has AVX-512F (checked above); every buffer is N x N.
+        unsafe { avx512::lu_factor(&mut u, &mut l, &mut perm, N) };
+        assert_ne!(perm, (0..N).collect::<Vec<_>>(), "no row exchanged");
+        // Unit diagonal entries in U at a few rows, so that the skipped scaling is reached.
+        for i in [5, 30, 63] {
+            u[i * N + i] = 1.0;
+        }
+        let b: Vec<f32> = (0..N * N).map(|k| value(k, 2)).collect();
+        let run = |fast: bool, transposed: bool| {
+            let (mut x, mut tmp) = (b.clone(), vec![f32::NAN; N * N]);
+            // SAFETY: as above.
+            unsafe {
+                match (fast, transposed) {
+                    (true, false) => avx512::lu_solve(&u, &l, &perm, &mut x, &mut tmp, N),
+                    (true, true) => avx512::lu_solve_transposed(&u, &l, &perm, &mut x, &mut tmp, N),
+                    (false, false) => {
+                        lu_solve_body::<Fused, 6, 32>(&u, &l, &perm, &mut x, &mut tmp, N)
+                    }
+                    (false, true) => {
+                        lu_solve_transposed_body::<Fused, 6, 32>(&u, &l, &perm, &mut x, &mut tmp, N)
+                    }
+                }
+            }
+            x.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        for transposed in [false, true] {
+            let (fast, generic) = (run(true, transposed), run(false, transposed));
+            assert!(generic.iter().all(|&v| f32::from_bits(v).is_finite()));
+            let first = fast.iter().zip(&generic).position(|(f, g)| f != g);
+            assert_eq!(
+                first, None,
+                "transposed {transposed}: first entry that differs"
+            );
         }
     }
 

@@ -1,0 +1,269 @@
+//! The kernels of 64 x 64 matrices on AVX-512 (the exponential's usual size, and that of
+//! ManifoldCLR's blocks), written with the instruction set's intrinsics: the product and the two
+//! solves with the LU factors. Each does the multiply-adds of the generic body it stands in for
+//! ([`super::matmul_body`], [`super::lu_solve_body`], [`super::lu_solve_transposed_body`]) in the
+//! same order, one fused multiply-add per term, so the bits are the same (the tests hold them to
+//! it). Why intrinsics: at a run-time n the generic loops carried a dozen integer instructions per
+//! step beside their multiply-adds, and getting n = 64 folded into them depended on the
+//! compiler's inlining, which came and went with unrelated edits elsewhere in the crate (one build
+//! ran the product at half the speed of another from the same source). Here every row is a fixed
+//! offset from one pointer and the loops are what the source says.
+
+use std::arch::x86_64::*;
+
+const N: usize = 64;
+
+/// C (+)= A B: 8 x 32 register tiles, each entry summed over k in order.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], accumulate: bool) {
+    const R: usize = 8;
+    let (a, b, c) = (&a[..N * N], &b[..N * N], &mut c[..N * N]);
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    for j0 in (0..N).step_by(32) {
+        for i0 in (0..N).step_by(R) {
+            // SAFETY: i0 + r < N, j0 + 32 <= N and k < N, so every offset below lies inside the
+            // N x N matrices whose lengths the slicing above checked; unaligned loads and stores.
+            unsafe {
+                let mut acc = [_mm512_setzero_ps(); 2 * R];
+                if accumulate {
+                    for r in 0..R {
+                        let row = c.add((i0 + r) * N + j0);
+                        acc[2 * r] = _mm512_loadu_ps(row);
+                        acc[2 * r + 1] = _mm512_loadu_ps(row.add(16));
+                    }
+                }
+                let rows = a.add(i0 * N);
+                for k in 0..N {
+                    let strip = b.add(k * N + j0);
+                    let (b0, b1) = (_mm512_loadu_ps(strip), _mm512_loadu_ps(strip.add(16)));
+                    for r in 0..R {
+                        let x = _mm512_set1_ps(*rows.add(r * N + k));
+                        acc[2 * r] = _mm512_fmadd_ps(x, b0, acc[2 * r]);
+                        acc[2 * r + 1] = _mm512_fmadd_ps(x, b1, acc[2 * r + 1]);
+                    }
+                }
+                for r in 0..R {
+                    let row = c.add((i0 + r) * N + j0);
+                    _mm512_storeu_ps(row, acc[2 * r]);
+                    _mm512_storeu_ps(row.add(16), acc[2 * r + 1]);
+                }
+            }
+        }
+    }
+}
+
+/// A whole row of 64 entries in four registers.
+type Row = [__m512; 4];
+
+/// One block of R rows of a triangular solve, whole rows in registers (R = 6 takes 24 of the 32
+/// registers, the row streaming past 4 more): the block's right-hand sides, minus the solved rows'
+/// terms one row at a time, then the triangle inside the block, as the generic `triangle` solves
+/// it. Every entry is summed in the generic tiles' order; only the strip is wider (a whole row
+/// rather than 32 columns), which changes no sum.
+struct Block<Init, Coef, Tri> {
+    /// The first row of the block.
+    i0: usize,
+    /// Where the right-hand side of the block's row r starts.
+    init: Init,
+    /// The solved rows that enter, in order: first and past-the-last index.
+    solved: (usize, usize),
+    /// The coefficient of solved row k in the block's row r: `coef(r, k)`.
+    coef: Coef,
+    /// The triangle's coefficient of the block's row c in its row r (`tri(r, r)` the diagonal).
+    tri: Tri,
+    /// Rows in ascending order (a lower triangle) or descending (upper).
+    ascending: bool,
+    /// The diagonal is ones (L); otherwise each row is scaled by 1 / `tri(r, r)` (U).
+    unit: bool,
+}
+
+impl<Init, Coef, Tri> Block<Init, Coef, Tri>
+where
+    Init: Fn(usize) -> *const f32,
+    Coef: Fn(usize, usize) -> f32,
+    Tri: Fn(usize, usize) -> f32,
+{
+    /// Solves the block's R rows from the solved rows of `x` into rows i0.. of `out` (which may
+    /// be `x`: the rows read and written are apart).
+    ///
+    /// # Safety
+    ///
+    /// AVX-512F; `init` and the rows of `x` and `out` named by the block hold 64 readable (and,
+    /// for `out`, writable) f32 each.
+    #[inline(always)]
+    unsafe fn solve<const R: usize>(&self, x: *const f32, out: *mut f32) {
+        // SAFETY: the caller's conditions; every offset is a row index below N times N plus a
+        // column below N.
+        unsafe {
+            let mut acc: [Row; R] = std::array::from_fn(|r| load((self.init)(r)));
+            for k in self.solved.0..self.solved.1 {
+                let strip = load(x.add(k * N));
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let c = _mm512_set1_ps((self.coef)(r, k));
+                    for v in 0..4 {
+                        // -(c x) + acc rounds once, as fma(-c, x, acc) does.
+                        row[v] = _mm512_fnmadd_ps(c, strip[v], row[v]);
+                    }
+                }
+            }
+            for step in 0..R {
+                let r = if self.ascending { step } else { R - 1 - step };
+                let done = if self.ascending { 0..r } else { r + 1..R };
+                for c in done {
+                    let (m, prev) = (_mm512_set1_ps((self.tri)(r, c)), acc[c]);
+                    for v in 0..4 {
+                        acc[r][v] = _mm512_fnmadd_ps(m, prev[v], acc[r][v]);
+                    }
+                }
+                if !self.unit {
+                    let s = 1.0 / (self.tri)(r, r);
+                    if s != 1.0 {
+                        let s = _mm512_set1_ps(s);
+                        for v in acc[r].iter_mut() {
+                            *v = _mm512_mul_ps(*v, s);
+                        }
+                    }
+                }
+            }
+            for (r, row) in acc.iter().enumerate() {
+                let to = out.add((self.i0 + r) * N);
+                for (v, &x) in row.iter().enumerate() {
+                    _mm512_storeu_ps(to.add(16 * v), x);
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+///
+/// AVX-512F; 64 readable f32 from `p`.
+#[inline(always)]
+unsafe fn load(p: *const f32) -> Row {
+    // SAFETY: the caller's conditions.
+    unsafe { std::array::from_fn(|v| _mm512_loadu_ps(p.add(16 * v))) }
+}
+
+/// The solves' row blocks, as the AVX-512 instantiation's generic bodies take them: ten of 6 rows,
+/// then one of 4; `(first row, rows)`.
+fn blocks() -> impl DoubleEndedIterator<Item = (usize, usize)> {
+    (0..10).map(|b| (6 * b, 6)).chain(std::iter::once((60, 4)))
+}
+
+/// Solves the block of 6 or 4 rows that `blocks` gave.
+///
+/// # Safety
+///
+/// As [`Block::solve`].
+#[inline(always)]
+unsafe fn solve_block<I, C, T>(block: &Block<I, C, T>, rows: usize, x: *const f32, out: *mut f32)
+where
+    I: Fn(usize) -> *const f32,
+    C: Fn(usize, usize) -> f32,
+    T: Fn(usize, usize) -> f32,
+{
+    // SAFETY: the caller's conditions.
+    unsafe {
+        if rows == 6 {
+            block.solve::<6>(x, out)
+        } else {
+            block.solve::<4>(x, out)
+        }
+    }
+}
+
+/// A X = B with the factors of `lu_factor` (P A = L U): L Y = P B into `tmp` from the top, then
+/// U X = Y into `b` from the bottom.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn lu_solve(
+    u: &[f32],
+    l: &[f32],
+    perm: &[usize],
+    b: &mut [f32],
+    tmp: &mut [f32],
+) {
+    let (u, l, perm) = (&u[..N * N], &l[..N * N], &perm[..N]);
+    let (b, tmp) = (&mut b[..N * N], &mut tmp[..N * N]);
+    // The rows of B in pivot order, checked once here rather than per block.
+    let sources: [*const f32; N] = std::array::from_fn(|i| b[perm[i] * N..][..N].as_ptr());
+    let (u, l) = (u.as_ptr(), l.as_ptr());
+    let (b, tmp) = (b.as_mut_ptr(), tmp.as_mut_ptr());
+    // SAFETY: AVX-512F is enabled; every row index below is < N and the matrices are N x N.
+    unsafe {
+        for (i0, rows) in blocks() {
+            let lower = Block {
+                i0,
+                init: |r| sources[i0 + r],
+                solved: (0, i0),
+                coef: |r, k| *l.add((i0 + r) * N + k),
+                tri: |r, c| *l.add((i0 + r) * N + i0 + c),
+                ascending: true,
+                unit: true,
+            };
+            solve_block(&lower, rows, tmp, tmp);
+        }
+        for (i0, rows) in blocks().rev() {
+            let upper = Block {
+                i0,
+                init: |r| tmp.add((i0 + r) * N) as *const f32,
+                solved: (i0 + rows, N),
+                coef: |r, k| *u.add((i0 + r) * N + k),
+                tri: |r, c| *u.add((i0 + r) * N + i0 + c),
+                ascending: false,
+                unit: false,
+            };
+            solve_block(&upper, rows, b, b);
+        }
+    }
+}
+
+/// A^T X = B with the same factors (A^T = U^T L^T P): U^T W = B into `tmp` from the top, L^T Z =
+/// W in place from the bottom, then X = P^T Z into `b`.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn lu_solve_transposed(
+    u: &[f32],
+    l: &[f32],
+    perm: &[usize],
+    b: &mut [f32],
+    tmp: &mut [f32],
+) {
+    let (u, l, perm) = (&u[..N * N], &l[..N * N], &perm[..N]);
+    let (b, tmp) = (&mut b[..N * N], &mut tmp[..N * N]);
+    {
+        let (u, l) = (u.as_ptr(), l.as_ptr());
+        let (source, tmp) = (b.as_ptr(), tmp.as_mut_ptr());
+        // SAFETY: AVX-512F is enabled; every row index below is < N and the matrices are N x N.
+        unsafe {
+            for (i0, rows) in blocks() {
+                let upper = Block {
+                    i0,
+                    init: |r| source.add((i0 + r) * N),
+                    solved: (0, i0),
+                    coef: |r, k| *u.add(k * N + i0 + r),
+                    tri: |r, c| *u.add((i0 + c) * N + i0 + r),
+                    ascending: true,
+                    unit: false,
+                };
+                solve_block(&upper, rows, tmp, tmp);
+            }
+            for (i0, rows) in blocks().rev() {
+                let lower = Block {
+                    i0,
+                    init: |r| tmp.add((i0 + r) * N) as *const f32,
+                    solved: (i0 + rows, N),
+                    coef: |r, k| *l.add(k * N + i0 + r),
+                    tri: |r, c| *l.add((i0 + c) * N + i0 + r),
+                    ascending: false,
+                    unit: true,
+                };
+                solve_block(&lower, rows, tmp, tmp);
+            }
+        }
+    }
+    for (i, &p) in perm.iter().enumerate() {
+        b[p * N..p * N + N].copy_from_slice(&tmp[i * N..i * N + N]);
+    }
+}
