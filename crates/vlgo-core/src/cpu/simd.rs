@@ -1389,6 +1389,11 @@ macro_rules! instantiate {
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
+                #[cfg(target_arch = "x86_64")]
+                if $width == 32 && n == 64 {
+                    // SAFETY: as in `matmul`.
+                    return unsafe { avx512_64::lu_factor(a, l, perm) };
+                }
                 lu_factor_body::<$fma, $rows, $width, true>(a, l, perm, n)
             }
             $(#[target_feature(enable = $feature)])*
@@ -2093,6 +2098,90 @@ mod tests {
                         .fold(0.0f32, |m, e| if e.is_nan() || e > m { e } else { m });
                     assert!(err < 1e-3, "{name}, n = {n}, {what}: max error {err:.2e}");
                 }
+            }
+        }
+    }
+
+    /// The 64 x 64 factorisation in intrinsics (`avx512_64`) gives the generic blocked body's
+    /// factors to the bit: the same pivots, multipliers and U, on matrices that exchange rows,
+    /// tie in magnitude, hold a NaN or an infinity below the first pivot, or are singular (whose
+    /// NaNs are compared as NaN).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn factorisation_of_64_in_intrinsics_matches_the_generic_body_to_the_bit() {
+        if isa() != Isa::Avx512 {
+            return;
+        }
+        const N: usize = 64;
+        fn factors(a: &[f32], fast: bool) -> (Vec<u32>, Vec<usize>) {
+            let (mut u, mut l, mut perm) = (a.to_vec(), vec![0.0; N * N], vec![0; N]);
+            // SAFETY: the CPU has AVX-512F (checked by the caller); every buffer is N x N.
+            unsafe {
+                if fast {
+                    avx512::lu_factor(&mut u, &mut l, &mut perm, N);
+                } else {
+                    lu_factor_body::<Fused, 6, 32, true>(&mut u, &mut l, &mut perm, N);
+                }
+            }
+            // U on and above the diagonal, L below it: the rest is scratch.
+            let bits = (0..N * N)
+                .map(|k| if k % N >= k / N { u[k] } else { l[k] }.to_bits())
+                .collect();
+            (bits, perm)
+        }
+        let value = |k: usize, seed: usize| {
+            let v = ((k * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
+            v * 2f32.powi((k * 31 + seed) as i32 % 21 - 10)
+        };
+        let spread: Vec<f32> = (0..N * N)
+            .map(|k| if k / N == k % N { 0.0 } else { value(k, 1) })
+            .collect();
+        // Magnitudes from a set of five, so that pivot candidates tie.
+        let ties: Vec<f32> = (0..N * N)
+            .map(|k| match (k / N, k % N) {
+                (i, j) if i == j => 0.0,
+                (i, j) => [-2.0, -1.0, 0.5, 1.0, 2.0][(i * 7 + j * 3) % 5] * (1.0 + j as f32),
+            })
+            .collect();
+        let mut with_nan = spread.clone();
+        with_nan[40 * N + 3] = f32::NAN;
+        let mut with_inf = spread.clone();
+        with_inf[20 * N + 9] = f32::INFINITY;
+        let mut singular = ties.clone();
+        for i in 0..N {
+            singular[i * N + 5] = 0.0;
+        }
+        for (what, a) in [
+            ("spread", &spread),
+            ("ties", &ties),
+            ("NaN", &with_nan),
+            ("infinity", &with_inf),
+            ("singular", &singular),
+        ] {
+            let (fast, generic) = (factors(a, true), factors(a, false));
+            assert_ne!(
+                generic.1,
+                (0..N).collect::<Vec<_>>(),
+                "{what}: no row exchanged"
+            );
+            assert_eq!(fast.1, generic.1, "{what}: pivots");
+            // NaN is NaN: where several operands of an instruction are NaN, which one it returns
+            // (and so the sign a singular matrix's NaNs carry) depends on the instruction's form,
+            // which the compiler picks.
+            let same = |f: u32, g: u32| {
+                f == g || (f32::from_bits(f).is_nan() && f32::from_bits(g).is_nan())
+            };
+            let first = fast
+                .0
+                .iter()
+                .zip(&generic.0)
+                .position(|(&f, &g)| !same(f, g));
+            assert_eq!(first, None, "{what}: first entry that differs");
+            if what == "singular" {
+                assert!(
+                    fast.0.iter().any(|&f| f32::from_bits(f).is_nan()),
+                    "no NaN in {what}"
+                );
             }
         }
     }

@@ -267,3 +267,217 @@ pub(super) unsafe fn lu_solve_transposed(
         b[p * N..p * N + N].copy_from_slice(&tmp[i * N..i * N + N]);
     }
 }
+
+/// Columns per pass of [`lu_factor`] over the rows below them.
+const GROUP: usize = 4;
+
+/// P A = L U with partial pivoting, as the generic `lu_factor_body` computes it to the bit: the
+/// same pivots (the first row of largest magnitude; NaN never wins), multipliers (the entry times
+/// 1 / pivot) and entries of U, each entry updated by one fused multiply-add per column of the
+/// factorisation, columns in order. The generic body blocks the updates by panels of 8 columns in
+/// register tiles; here a group of GROUP columns is factored in contiguous copies (each column
+/// brought up to date by the group's earlier steps, so that its pivot can be chosen), then one
+/// pass over the rows below applies the group's steps to each row, its vectors loaded and stored
+/// once per group, the group's pivot rows in registers. U lands on and above the diagonal of `a`
+/// (below it is scratch), the multipliers below the diagonal of `l` (the rest of `l` is left as
+/// it was).
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize]) {
+    let (a, l, perm) = (&mut a[..N * N], &mut l[..N * N], &mut perm[..N]);
+    for (i, p) in perm.iter_mut().enumerate() {
+        *p = i;
+    }
+    // The group's columns, contiguous, and its multipliers so far.
+    let mut columns: [[f32; N]; GROUP] =
+        std::array::from_fn(|c| std::array::from_fn(|i| a[i * N + c]));
+    let mut multipliers = [[0f32; N]; GROUP];
+    for k in (0..N).step_by(GROUP) {
+        for j in 0..GROUP {
+            let kj = k + j;
+            // SAFETY: AVX-512F is enabled and kj < N.
+            let p = unsafe { pivot(&columns[j], kj) };
+            if p != kj {
+                // Whole rows of `a` (left of the diagonal is scratch); of `l`, the multipliers
+                // left of the group (the group's own are written by the pass).
+                let (top, bottom) = a.split_at_mut(p * N);
+                top[kj * N..(kj + 1) * N].swap_with_slice(&mut bottom[..N]);
+                let (top, bottom) = l.split_at_mut(p * N);
+                top[kj * N..kj * N + k].swap_with_slice(&mut bottom[..k]);
+                for c in columns[j..].iter_mut().chain(&mut multipliers[..j]) {
+                    c.swap(kj, p);
+                }
+                perm.swap(kj, p);
+            }
+            // SAFETY: AVX-512F is enabled; kj < N.
+            unsafe { column_step(&mut columns, &mut multipliers, j, kj) };
+        }
+        // SAFETY: AVX-512F is enabled; `a` and `l` are N x N and k + GROUP <= N.
+        unsafe {
+            let (a, l) = (a.as_mut_ptr(), l.as_mut_ptr());
+            match (k + GROUP) / 16 {
+                0 => pass::<0>(a, l, &mut columns, &multipliers, k),
+                1 => pass::<1>(a, l, &mut columns, &multipliers, k),
+                2 => pass::<2>(a, l, &mut columns, &multipliers, k),
+                3 => pass::<3>(a, l, &mut columns, &multipliers, k),
+                _ => pass::<4>(a, l, &mut columns, &multipliers, k),
+            }
+        }
+    }
+}
+
+/// The lanes of vector v that hold rows `from` and below.
+#[inline(always)]
+fn rows_from(v: usize, from: usize) -> __mmask16 {
+    if 16 * v >= from {
+        0xffff
+    } else if 16 * v + 16 <= from {
+        0
+    } else {
+        0xffff << (from - 16 * v)
+    }
+}
+
+/// Step kj = k + j inside the group: column j's multipliers below its pivot, and the group's
+/// later columns below row kj updated by the step (their entries in row kj are U's and stay).
+///
+/// # Safety
+///
+/// AVX-512F; j < GROUP and kj < N.
+// Indexed: the rows and columns are entries of arrays held in registers.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn column_step(
+    columns: &mut [[f32; N]; GROUP],
+    multipliers: &mut [[f32; N]; GROUP],
+    j: usize,
+    kj: usize,
+) {
+    // SAFETY: the caller's conditions; each vector lies inside its array.
+    unsafe {
+        let inv = _mm512_set1_ps(1.0 / columns[j][kj]);
+        for v in (kj + 1) / 16..4 {
+            let rows = rows_from(v, kj + 1);
+            let m = _mm512_mul_ps(_mm512_loadu_ps(columns[j].as_ptr().add(16 * v)), inv);
+            _mm512_mask_storeu_ps(multipliers[j].as_mut_ptr().add(16 * v), rows, m);
+            for c in j + 1..GROUP {
+                let u = _mm512_set1_ps(columns[c][kj]);
+                let to = columns[c].as_mut_ptr().add(16 * v);
+                // -(m u) + x: fma(-m, u, x) to the bit (the signs of zeros included).
+                let x = _mm512_fnmadd_ps(m, u, _mm512_loadu_ps(to));
+                _mm512_mask_storeu_ps(to, rows, x);
+            }
+        }
+    }
+}
+
+/// The pass of the group of steps k..k + GROUP over the rows below them: the group's pivot rows
+/// finished right of the group (row k + r by steps k..k + r, in order) and their entries inside
+/// the group from the columns, the group's multipliers into `l`, and each row below updated by
+/// the group's steps in order from vector V = (k + GROUP) / 16 on (the columns left of
+/// k + GROUP in that vector are scratch, so they need no mask); the rows' entries in the next
+/// group's columns go into `columns`.
+///
+/// # Safety
+///
+/// AVX-512F; `a` and `l` point to N x N matrices; k + GROUP <= N; V = (k + GROUP) / 16.
+// Indexed: the rows and columns are entries of arrays held in registers.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn pass<const V: usize>(
+    a: *mut f32,
+    l: *mut f32,
+    columns: &mut [[f32; N]; GROUP],
+    multipliers: &[[f32; N]; GROUP],
+    k: usize,
+) {
+    // SAFETY: the caller's conditions; rows below N, columns below N.
+    unsafe {
+        let mut u = [[_mm512_setzero_ps(); 4]; GROUP];
+        for r in 0..GROUP {
+            let row = a.add((k + r) * N);
+            for v in V..4 {
+                u[r][v] = _mm512_loadu_ps(row.add(16 * v));
+            }
+            for s in 0..r {
+                let m = multipliers[s][k + r];
+                *l.add((k + r) * N + k + s) = m;
+                // Negated before the broadcast, as the generic body does: the same bits also
+                // where a multiplier is NaN (a singular matrix), whose sign the result carries.
+                let m = _mm512_set1_ps(-m);
+                let prev = u[s];
+                for v in V..4 {
+                    u[r][v] = _mm512_fmadd_ps(m, prev[v], u[r][v]);
+                }
+            }
+            for v in V..4 {
+                _mm512_storeu_ps(row.add(16 * v), u[r][v]);
+            }
+            for (c, column) in columns.iter().enumerate().skip(r) {
+                *row.add(k + c) = column[k + r];
+            }
+        }
+        let next = k + GROUP;
+        for i in next..N {
+            let row = a.add(i * N);
+            let mut x: [__m512; 4] = std::array::from_fn(|v| {
+                if v >= V {
+                    _mm512_loadu_ps(row.add(16 * v))
+                } else {
+                    _mm512_setzero_ps()
+                }
+            });
+            for (s, (column, pivot_row)) in multipliers.iter().zip(&u).enumerate() {
+                let m = column[i];
+                *l.add(i * N + k + s) = m;
+                let m = _mm512_set1_ps(-m);
+                for v in V..4 {
+                    x[v] = _mm512_fmadd_ps(m, pivot_row[v], x[v]);
+                }
+            }
+            for v in V..4 {
+                _mm512_storeu_ps(row.add(16 * v), x[v]);
+            }
+            if next < N {
+                for (c, column) in columns.iter_mut().enumerate() {
+                    column[i] = *row.add(next + c);
+                }
+            }
+        }
+    }
+}
+
+/// The pivot of column k from the row `from`: the first row of largest magnitude, as a plain scan
+/// with `>` finds it (NaN never wins; `from` when every candidate is NaN). Per lane the largest
+/// magnitude (a select on `>`, which NaN never passes; -1 in lanes that saw only NaN), the lanes'
+/// largest, then the first row of that magnitude.
+///
+/// # Safety
+///
+/// AVX-512F; from < N.
+#[inline(always)]
+unsafe fn pivot(column: &[f32; N], from: usize) -> usize {
+    let valid = |v: usize| rows_from(v, from);
+    // SAFETY: the caller's conditions; each vector lies inside `column`.
+    unsafe {
+        let magnitude = |v: usize| _mm512_abs_ps(_mm512_loadu_ps(column.as_ptr().add(16 * v)));
+        let mut best = _mm512_set1_ps(-1.0);
+        for v in from / 16..4 {
+            let x = magnitude(v);
+            let larger = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(valid(v), x, best);
+            best = _mm512_mask_blend_ps(larger, best, x);
+        }
+        let top = _mm512_reduce_max_ps(best);
+        if top < 0.0 {
+            return from;
+        }
+        let top = _mm512_set1_ps(top);
+        for v in from / 16..4 {
+            let equal = _mm512_mask_cmp_ps_mask::<_CMP_EQ_OQ>(valid(v), magnitude(v), top);
+            if equal != 0 {
+                return 16 * v + equal.trailing_zeros() as usize;
+            }
+        }
+    }
+    unreachable!("the largest magnitude lies in the column")
+}
