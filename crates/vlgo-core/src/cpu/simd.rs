@@ -1976,6 +1976,32 @@ mod tests {
             .collect()
     }
 
+    /// Entry k of a test matrix (`seed` picks the matrix): a value in [-0.5, 0.5) times a power of
+    /// two among `binades` around 1, so that sums lose bits when their order changes.
+    fn spread(k: usize, seed: usize, binades: i32) -> f32 {
+        let v = ((k * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
+        v * 2f32.powi((k * 31 + seed) as i32 % binades - binades / 2)
+    }
+
+    /// An n x n matrix whose entries' magnitudes come from a small set, so that pivot candidates
+    /// tie, with a zero diagonal, so that the first step exchanges rows.
+    fn tied(n: usize) -> Vec<f32> {
+        (0..n * n)
+            .map(|k| match (k / n, k % n) {
+                (i, j) if i == j => 0.0,
+                (i, j) => [-2.0, -1.0, 0.5, 1.0, 2.0][(i * 7 + j * 3) % 5] * (1.0 + j as f32),
+            })
+            .collect()
+    }
+
+    /// The bits of a factorisation's result: U on and above the diagonal, L below it (the rest
+    /// is scratch).
+    fn factor_bits(u: &[f32], l: &[f32], n: usize) -> Vec<u32> {
+        (0..n * n)
+            .map(|k| if k % n >= k / n { u[k] } else { l[k] }.to_bits())
+            .collect()
+    }
+
     /// The column-major panels ([`Columns`]) factor as the row-major ones do, to the bit: the
     /// same pivots (ties in magnitude go to the first row, NaN never wins), multipliers and U,
     /// with and without FMA, on sizes with a narrower last panel and rows left over from the
@@ -1989,20 +2015,10 @@ mod tests {
             } else {
                 lu_factor_body::<F, 4, 8, false>(&mut u, &mut l, &mut perm, n);
             }
-            // U on and above the diagonal, L below it: the rest is scratch.
-            let bits = (0..n * n)
-                .map(|k| if k % n >= k / n { u[k] } else { l[k] }.to_bits())
-                .collect();
-            (bits, perm)
+            (factor_bits(&u, &l, n), perm)
         }
         for n in [8, 13, 21, 64, 100, 128] {
-            // Magnitudes from a set of four, so that pivot candidates tie; a zero diagonal.
-            let mut a: Vec<f32> = (0..n * n)
-                .map(|k| match (k / n, k % n) {
-                    (i, j) if i == j => 0.0,
-                    (i, j) => [-2.0, -1.0, 0.5, 1.0, 2.0][(i * 7 + j * 3) % 5] * (1.0 + j as f32),
-                })
-                .collect();
+            let mut a = tied(n);
             let rows = factors::<Unfused>(&a, n, false);
             assert_eq!(factors::<Unfused>(&a, n, true), rows, "n = {n}");
             assert_eq!(
@@ -2123,26 +2139,13 @@ mod tests {
                     lu_factor_body::<Fused, 6, 32, true>(&mut u, &mut l, &mut perm, N);
                 }
             }
-            // U on and above the diagonal, L below it: the rest is scratch.
-            let bits = (0..N * N)
-                .map(|k| if k % N >= k / N { u[k] } else { l[k] }.to_bits())
-                .collect();
-            (bits, perm)
+            (factor_bits(&u, &l, N), perm)
         }
-        let value = |k: usize, seed: usize| {
-            let v = ((k * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
-            v * 2f32.powi((k * 31 + seed) as i32 % 21 - 10)
-        };
+        let value = |k: usize, seed: usize| spread(k, seed, 21);
         let spread: Vec<f32> = (0..N * N)
             .map(|k| if k / N == k % N { 0.0 } else { value(k, 1) })
             .collect();
-        // Magnitudes from a set of five, so that pivot candidates tie.
-        let ties: Vec<f32> = (0..N * N)
-            .map(|k| match (k / N, k % N) {
-                (i, j) if i == j => 0.0,
-                (i, j) => [-2.0, -1.0, 0.5, 1.0, 2.0][(i * 7 + j * 3) % 5] * (1.0 + j as f32),
-            })
-            .collect();
+        let ties = tied(N);
         let mut with_nan = spread.clone();
         with_nan[40 * N + 3] = f32::NAN;
         let mut with_inf = spread.clone();
@@ -2197,10 +2200,7 @@ mod tests {
             return;
         }
         const N: usize = 64;
-        let value = |k: usize, seed: usize| {
-            let v = ((k * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
-            v * 2f32.powi((k * 31 + seed) as i32 % 21 - 10)
-        };
+        let value = |k: usize, seed: usize| spread(k, seed, 21);
         let mut a: Vec<f32> = (0..N * N).map(|k| value(k, 1)).collect();
         // Rows 0..8 all but zero on the diagonal: the first steps exchange rows.
         for i in 0..8 {
@@ -2310,10 +2310,7 @@ mod tests {
                 sets.push(("avx512", avx512::matmul, Fused::fma));
             }
         }
-        let value = |k: usize, seed: usize| {
-            let v = ((k * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5;
-            v * 2f32.powi((k * 31 + seed) as i32 % 41 - 20)
-        };
+        let value = |k: usize, seed: usize| spread(k, seed, 41);
         for (name, matmul, fma) in sets {
             for n in [1, 2, 3, 7, 16, 63, 64, 65, 130] {
                 let a: Vec<f32> = (0..n * n).map(|k| value(k, 1)).collect();
