@@ -3,9 +3,9 @@
 //! solve, transpose. The bodies are plain loops over fixed-width chunks that the compiler
 //! vectorises; they are compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the
 //! CPU has is chosen once at run time, so one binary runs everywhere and uses AVX-512 where it
-//! exists. The 64 x 64 product and solves on AVX-512 are written with intrinsics instead
-//! (`avx512_64`), whose speed from the generic bodies depended on how the compiler happened
-//! to fold their constants.
+//! exists. At n = 64 on AVX-512 the product, the LU factorisation and its solves are written
+//! with intrinsics instead (`avx512_64`): the generic bodies' speed there depended on how the
+//! compiler happened to fold their constants.
 //!
 //! The `try_into().unwrap()` calls turn a slice of a fixed-width strip into an array of that
 //! width; the loop bounds give every such slice exactly W (or R, PANEL) entries, so they never
@@ -1407,6 +1407,8 @@ macro_rules! instantiate {
             ) {
                 #[cfg(target_arch = "x86_64")]
                 if $width == 32 && n == 64 {
+                    // Its blocks are this instantiation's, so that the bits are the same.
+                    const { assert!($width != 32 || $rows == avx512_64::ROWS) };
                     // SAFETY: as in `matmul`.
                     return unsafe { avx512_64::lu_solve(u, l, perm, b, tmp) };
                 }
@@ -1423,6 +1425,7 @@ macro_rules! instantiate {
             ) {
                 #[cfg(target_arch = "x86_64")]
                 if $width == 32 && n == 64 {
+                    const { assert!($width != 32 || $rows == avx512_64::ROWS) };
                     // SAFETY: as in `matmul`.
                     return unsafe { avx512_64::lu_solve_transposed(u, l, perm, b, tmp) };
                 }
@@ -2126,6 +2129,7 @@ mod tests {
     #[test]
     fn factorisation_of_64_in_intrinsics_matches_the_generic_body_to_the_bit() {
         if isa() != Isa::Avx512 {
+            eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
         const N: usize = 64;
@@ -2190,13 +2194,14 @@ mod tests {
     }
 
     /// The 64 x 64 solves in intrinsics (`avx512_64`) give the generic AVX-512 bodies' bits
-    /// (6-row blocks, 32-wide strips), on a factorisation with row exchanges, right-hand sides
-    /// whose magnitudes span many binades, and diagonal entries of U equal to one (where the
-    /// scaling is skipped).
+    /// (6-row blocks, 32-wide strips), on a factorisation with row exchanges and right-hand sides
+    /// whose magnitudes span many binades; `tmp` starts as NaN, so a read of a row not yet
+    /// solved would show.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn solves_of_64_in_intrinsics_match_the_generic_bodies_to_the_bit() {
         if isa() != Isa::Avx512 {
+            eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
         const N: usize = 64;
@@ -2210,7 +2215,8 @@ mod tests {
         // SAFETY: the CPU has AVX-512F (checked above); every buffer is N x N.
         unsafe { avx512::lu_factor(&mut u, &mut l, &mut perm, N) };
         assert_ne!(perm, (0..N).collect::<Vec<_>>(), "no row exchanged");
-        // Unit diagonal entries in U at a few rows, so that the skipped scaling is reached.
+        // Unit diagonal entries in U at a few rows, so that the branch that skips the scaling
+        // runs (its result cannot differ: a product by 1 changes no value).
         for i in [5, 30, 63] {
             u[i * N + i] = 1.0;
         }
@@ -2222,12 +2228,12 @@ mod tests {
                 match (fast, transposed) {
                     (true, false) => avx512::lu_solve(&u, &l, &perm, &mut x, &mut tmp, N),
                     (true, true) => avx512::lu_solve_transposed(&u, &l, &perm, &mut x, &mut tmp, N),
-                    (false, false) => {
-                        lu_solve_body::<Fused, 6, 32>(&u, &l, &perm, &mut x, &mut tmp, N)
-                    }
-                    (false, true) => {
-                        lu_solve_transposed_body::<Fused, 6, 32>(&u, &l, &perm, &mut x, &mut tmp, N)
-                    }
+                    (false, false) => lu_solve_body::<Fused, { avx512_64::ROWS }, 32>(
+                        &u, &l, &perm, &mut x, &mut tmp, N,
+                    ),
+                    (false, true) => lu_solve_transposed_body::<Fused, { avx512_64::ROWS }, 32>(
+                        &u, &l, &perm, &mut x, &mut tmp, N,
+                    ),
                 }
             }
             x.iter().map(|v| v.to_bits()).collect::<Vec<_>>()

@@ -1,13 +1,19 @@
 //! The kernels of 64 x 64 matrices on AVX-512 (the exponential's usual size, and that of
-//! ManifoldCLR's blocks), written with the instruction set's intrinsics: the product and the two
-//! solves with the LU factors. Each does the multiply-adds of the generic body it stands in for
-//! ([`super::matmul_body`], [`super::lu_solve_body`], [`super::lu_solve_transposed_body`]) in the
-//! same order, one fused multiply-add per term, so the bits are the same (the tests hold them to
-//! it). Why intrinsics: at a run-time n the generic loops carried a dozen integer instructions per
+//! ManifoldCLR's blocks), written with the instruction set's intrinsics: the product, the LU
+//! factorisation and the two solves with its factors. Each does the multiply-adds of the generic
+//! body it stands in for ([`super::matmul_body`], [`super::lu_factor_body`],
+//! [`super::lu_solve_body`], [`super::lu_solve_transposed_body`]) in the same order, one fused
+//! multiply-add per term, so the results are the same to the bit (the tests hold them to it; a
+//! NaN's sign and payload aside, which depend on the instruction forms the compiler picks).
+//!
+//! Why intrinsics: at a run-time n the generic loops carried a dozen integer instructions per
 //! step beside their multiply-adds, and getting n = 64 folded into them depended on the
 //! compiler's inlining, which came and went with unrelated edits elsewhere in the crate (one build
 //! ran the product at half the speed of another from the same source). Here every row is a fixed
-//! offset from one pointer and the loops are what the source says.
+//! offset from one pointer and the loops are what the source says. The factorisation also
+//! organises its work differently from the generic body (groups of 4 columns, one pass over the
+//! rows below per group, instead of panels of 8 and register tiles), which the bits allow since
+//! each entry's sequence of operations is the same.
 
 use std::arch::x86_64::*;
 
@@ -85,12 +91,13 @@ where
     Tri: Fn(usize, usize) -> f32,
 {
     /// Solves the block's R rows from the solved rows of `x` into rows i0.. of `out` (which may
-    /// be `x`: the rows read and written are apart).
+    /// be `x`, and `init` may point into the rows written: every load comes before the stores).
     ///
     /// # Safety
     ///
     /// AVX-512F; `init` and the rows of `x` and `out` named by the block hold 64 readable (and,
-    /// for `out`, writable) f32 each.
+    /// for `out`, writable) f32 each; i0 + R and `solved.1` are at most N; `coef` and `tri` read
+    /// in bounds for r < R, c < R and k in `solved`.
     #[inline(always)]
     unsafe fn solve<const R: usize>(&self, x: *const f32, out: *mut f32) {
         // SAFETY: the caller's conditions; every offset is a row index below N times N plus a
@@ -145,19 +152,22 @@ unsafe fn load(p: *const f32) -> Row {
     unsafe { std::array::from_fn(|v| _mm512_loadu_ps(p.add(16 * v))) }
 }
 
-/// The solves' row blocks, as the AVX-512 instantiation's generic bodies take them: ten of 6 rows,
-/// then one of 4; `(first row, rows)`.
+/// Rows per block of the solves: those of the AVX-512 instantiation's generic bodies (its row
+/// count in `instantiate!`), whose partition fixes the order of the back substitution's sums.
+pub(super) const ROWS: usize = 6;
+
+/// The solves' row blocks, `(first row, rows)`: ten of 6 rows, then one of 4.
 fn blocks() -> impl DoubleEndedIterator<Item = (usize, usize)> {
-    (0..10).map(|b| (6 * b, 6)).chain(std::iter::once((60, 4)))
+    super::row_blocks::<ROWS>(N)
 }
 
-/// Solves the block of 6 or 4 rows that `blocks` gave.
+/// Solves a block of 6 or 4 rows (those that `blocks` gives).
 ///
 /// # Safety
 ///
 /// As [`Block::solve`].
 #[inline(always)]
-unsafe fn solve_block<I, C, T>(block: &Block<I, C, T>, rows: usize, x: *const f32, out: *mut f32)
+unsafe fn solve_rows<I, C, T>(block: &Block<I, C, T>, rows: usize, x: *const f32, out: *mut f32)
 where
     I: Fn(usize) -> *const f32,
     C: Fn(usize, usize) -> f32,
@@ -165,10 +175,10 @@ where
 {
     // SAFETY: the caller's conditions.
     unsafe {
-        if rows == 6 {
-            block.solve::<6>(x, out)
-        } else {
-            block.solve::<4>(x, out)
+        match rows {
+            ROWS => block.solve::<ROWS>(x, out),
+            4 => block.solve::<4>(x, out),
+            _ => unreachable!("the blocks of 64 rows are of {ROWS} and 4"),
         }
     }
 }
@@ -186,10 +196,13 @@ pub(super) unsafe fn lu_solve(
 ) {
     let (u, l, perm) = (&u[..N * N], &l[..N * N], &perm[..N]);
     let (b, tmp) = (&mut b[..N * N], &mut tmp[..N * N]);
-    // The rows of B in pivot order, checked once here rather than per block.
-    let sources: [*const f32; N] = std::array::from_fn(|i| b[perm[i] * N..][..N].as_ptr());
+    // Checked once here rather than per block.
+    assert!(perm.iter().all(|&p| p < N), "a pivot row past the matrix");
     let (u, l) = (u.as_ptr(), l.as_ptr());
     let (b, tmp) = (b.as_mut_ptr(), tmp.as_mut_ptr());
+    // The rows of B in pivot order, from the one pointer through which `b` is also written.
+    // SAFETY: each p < N (checked above) and `b` holds N x N entries.
+    let sources: [*const f32; N] = std::array::from_fn(|i| unsafe { b.add(perm[i] * N) } as _);
     // SAFETY: AVX-512F is enabled; every row index below is < N and the matrices are N x N.
     unsafe {
         for (i0, rows) in blocks() {
@@ -202,7 +215,7 @@ pub(super) unsafe fn lu_solve(
                 ascending: true,
                 unit: true,
             };
-            solve_block(&lower, rows, tmp, tmp);
+            solve_rows(&lower, rows, tmp, tmp);
         }
         for (i0, rows) in blocks().rev() {
             let upper = Block {
@@ -214,7 +227,7 @@ pub(super) unsafe fn lu_solve(
                 ascending: false,
                 unit: false,
             };
-            solve_block(&upper, rows, b, b);
+            solve_rows(&upper, rows, b, b);
         }
     }
 }
@@ -247,7 +260,7 @@ pub(super) unsafe fn lu_solve_transposed(
                     ascending: true,
                     unit: false,
                 };
-                solve_block(&upper, rows, tmp, tmp);
+                solve_rows(&upper, rows, tmp, tmp);
             }
             for (i0, rows) in blocks().rev() {
                 let lower = Block {
@@ -259,7 +272,7 @@ pub(super) unsafe fn lu_solve_transposed(
                     ascending: false,
                     unit: true,
                 };
-                solve_block(&lower, rows, tmp, tmp);
+                solve_rows(&lower, rows, tmp, tmp);
             }
         }
     }
@@ -344,7 +357,7 @@ fn rows_from(v: usize, from: usize) -> __mmask16 {
 /// # Safety
 ///
 /// AVX-512F; j < GROUP and kj < N.
-// Indexed: the rows and columns are entries of arrays held in registers.
+// Indexed: the loops run over vectors of fixed arrays, several arrays at the same index.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn column_step(
@@ -375,13 +388,14 @@ unsafe fn column_step(
 /// finished right of the group (row k + r by steps k..k + r, in order) and their entries inside
 /// the group from the columns, the group's multipliers into `l`, and each row below updated by
 /// the group's steps in order from vector V = (k + GROUP) / 16 on (the columns left of
-/// k + GROUP in that vector are scratch, so they need no mask); the rows' entries in the next
-/// group's columns go into `columns`.
+/// k + GROUP in that vector are scratch below the diagonal, so they need no mask; in the pivot
+/// rows they are U's entries inside the group, which the vectors overwrite and the copies then
+/// restore); the rows' entries in the next group's columns go into `columns`.
 ///
 /// # Safety
 ///
 /// AVX-512F; `a` and `l` point to N x N matrices; k + GROUP <= N; V = (k + GROUP) / 16.
-// Indexed: the rows and columns are entries of arrays held in registers.
+// Indexed: the loops run over vectors of fixed arrays, several arrays at the same index.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn pass<const V: usize>(
@@ -402,8 +416,7 @@ unsafe fn pass<const V: usize>(
             for s in 0..r {
                 let m = multipliers[s][k + r];
                 *l.add((k + r) * N + k + s) = m;
-                // Negated before the broadcast, as the generic body does: the same bits also
-                // where a multiplier is NaN (a singular matrix), whose sign the result carries.
+                // Negated before the broadcast, fma(-m, u, x), as the generic body writes it.
                 let m = _mm512_set1_ps(-m);
                 let prev = u[s];
                 for v in V..4 {
@@ -447,7 +460,7 @@ unsafe fn pass<const V: usize>(
     }
 }
 
-/// The pivot of column k from the row `from`: the first row of largest magnitude, as a plain scan
+/// The pivot of a column (its entries in `column`) from the row `from`: the first row of largest magnitude, as a plain scan
 /// with `>` finds it (NaN never wins; `from` when every candidate is NaN). Per lane the largest
 /// magnitude (a select on `>`, which NaN never passes; -1 in lanes that saw only NaN), the lanes'
 /// largest, then the first row of that magnitude.
