@@ -283,6 +283,8 @@ pub(super) unsafe fn lu_solve_transposed(
 
 /// Columns per pass of [`lu_factor`] over the rows below them.
 const GROUP: usize = 4;
+// The pass moves four rows' multipliers and column entries at a time through `transpose4`.
+const _: () = assert!(GROUP == 4);
 
 /// P A = L U with partial pivoting, as the generic `lu_factor_body` computes it to the bit: the
 /// same pivots (the first row of largest magnitude; NaN never wins), multipliers (the entry times
@@ -431,32 +433,67 @@ unsafe fn pass<const V: usize>(
             }
         }
         let next = k + GROUP;
-        for i in next..N {
-            let row = a.add(i * N);
-            let mut x: [__m512; 4] = std::array::from_fn(|v| {
-                if v >= V {
-                    _mm512_loadu_ps(row.add(16 * v))
-                } else {
-                    _mm512_setzero_ps()
+        // Four rows at a time (next and N are multiples of 4), so that their multipliers go
+        // into `l`, and their entries in the next group's columns into `columns`, as four
+        // 4-wide stores each (a 4 x 4 transpose) instead of sixteen scalar ones: scalar stores
+        // were the pass's bottleneck. The next group's columns are taken from the registers
+        // just computed (one 4-lane piece of vector next / 16), not reloaded from the row.
+        let piece = _mm512_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        let piece = _mm512_add_epi32(piece, _mm512_set1_epi32((next % 16) as i32));
+        for i0 in (next..N).step_by(4) {
+            let mut taken = [_mm_setzero_ps(); 4];
+            for (t, taken) in taken.iter_mut().enumerate() {
+                let i = i0 + t;
+                let row = a.add(i * N);
+                let mut x: [__m512; 4] = std::array::from_fn(|v| {
+                    if v >= V {
+                        _mm512_loadu_ps(row.add(16 * v))
+                    } else {
+                        _mm512_setzero_ps()
+                    }
+                });
+                for (column, pivot_row) in multipliers.iter().zip(&u) {
+                    // -(m u) + x, as fma(-m, u, x) in the generic body, to the bit.
+                    let m = _mm512_set1_ps(column[i]);
+                    for v in V..4 {
+                        x[v] = _mm512_fnmadd_ps(m, pivot_row[v], x[v]);
+                    }
                 }
-            });
-            for (s, (column, pivot_row)) in multipliers.iter().zip(&u).enumerate() {
-                let m = column[i];
-                *l.add(i * N + k + s) = m;
-                let m = _mm512_set1_ps(-m);
                 for v in V..4 {
-                    x[v] = _mm512_fmadd_ps(m, pivot_row[v], x[v]);
+                    _mm512_storeu_ps(row.add(16 * v), x[v]);
+                }
+                if next < N {
+                    *taken = _mm512_castps512_ps128(_mm512_permutexvar_ps(piece, x[next / 16]));
                 }
             }
-            for v in V..4 {
-                _mm512_storeu_ps(row.add(16 * v), x[v]);
+            let lf = transpose4(std::array::from_fn(|s| {
+                _mm_loadu_ps(multipliers[s].as_ptr().add(i0))
+            }));
+            for (t, m) in lf.into_iter().enumerate() {
+                _mm_storeu_ps(l.add((i0 + t) * N + k), m);
             }
             if next < N {
-                for (c, column) in columns.iter_mut().enumerate() {
-                    column[i] = *row.add(next + c);
+                for (column, c) in columns.iter_mut().zip(transpose4(taken)) {
+                    _mm_storeu_ps(column.as_mut_ptr().add(i0), c);
                 }
             }
         }
+    }
+}
+
+/// The 4 x 4 transpose of four 4-lane rows.
+#[inline(always)]
+fn transpose4(r: [__m128; 4]) -> [__m128; 4] {
+    // SAFETY: SSE, which x86_64 always has.
+    unsafe {
+        let (t0, t1) = (_mm_unpacklo_ps(r[0], r[1]), _mm_unpackhi_ps(r[0], r[1]));
+        let (t2, t3) = (_mm_unpacklo_ps(r[2], r[3]), _mm_unpackhi_ps(r[2], r[3]));
+        [
+            _mm_movelh_ps(t0, t2),
+            _mm_movehl_ps(t2, t0),
+            _mm_movelh_ps(t1, t3),
+            _mm_movehl_ps(t3, t1),
+        ]
     }
 }
 
