@@ -90,12 +90,22 @@ pub fn column_norms(a: &[f32], n: usize, mu: f32) -> Option<(f64, f64)> {
     // about 5 % of the Padé forward at n = 64 (`docs/expm.md`).
     vectorised(
         #[inline(always)]
-        || column_norms_body(a, n, mu),
+        || column_norms_body(a, n, mu, &mut []),
     )
 }
 
+/// `column_norms` without a shift that also copies A into `copy` (n x n) on the way: the
+/// exponential reads A once, not once for its norm and again for its scaling.
+fn column_norms_copying(a: &[f32], n: usize, copy: &mut [f32]) -> Option<f64> {
+    vectorised(
+        #[inline(always)]
+        || column_norms_body(a, n, 0.0, copy).map(|(norm, _)| norm),
+    )
+}
+
+/// The column norms, and A copied into `copy` unless that is empty.
 #[inline(always)]
-fn column_norms_body(a: &[f32], n: usize, mu: f32) -> Option<(f64, f64)> {
+fn column_norms_body(a: &[f32], n: usize, mu: f32, copy: &mut [f32]) -> Option<(f64, f64)> {
     const BLOCK: usize = 64;
     let (mut norm, mut shifted, mut total) = (0.0f64, 0.0f64, 0.0f64);
     for j0 in (0..n).step_by(BLOCK) {
@@ -103,6 +113,9 @@ fn column_norms_body(a: &[f32], n: usize, mu: f32) -> Option<(f64, f64)> {
         let (mut sums, mut shifted_sums) = ([0.0f64; BLOCK], [0.0f64; BLOCK]);
         for (i, row) in a.chunks_exact(n).take(n).enumerate() {
             let row = &row[j0..j0 + w];
+            if !copy.is_empty() {
+                copy[i * n + j0..i * n + j0 + w].copy_from_slice(row);
+            }
             for (s, &x) in sums[..w].iter_mut().zip(row) {
                 *s += x.abs() as f64;
             }
@@ -124,9 +137,12 @@ fn column_norms_body(a: &[f32], n: usize, mu: f32) -> Option<(f64, f64)> {
     total.is_finite().then_some((norm, shifted))
 }
 
-/// 1-norm in f64; NaN when the matrix holds NaN or Inf.
-pub fn one_norm(a: &[f32], n: usize) -> f64 {
-    column_norms(a, n, 0.0).map_or(f64::NAN, |(norm, _)| norm)
+impl Workspace {
+    /// Copies A into values[0] and returns its 1-norm in f64; `None` when A holds NaN or Inf.
+    fn load(&mut self, a: &[f32], n: usize) -> Option<f64> {
+        ensure(&mut self.values, 1, n * n);
+        column_norms_copying(a, n, &mut self.values[0])
+    }
 }
 
 fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
@@ -162,11 +178,10 @@ fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
     }
 }
 
-/// Scales A into values[0], evaluates the scheme and leaves the unsquared approximant in r0
-/// (and, for Padé, the LU factors of Q = V - U in t1, lower and perm, which the backward reuses).
-/// Returns (program, s).
+/// Scales A (which [`Workspace::load`] put in values[0]) in place, evaluates the scheme and
+/// leaves the unsquared approximant in r0 (and, for Padé, the LU factors of Q = V - U in t1,
+/// lower and perm, which the backward reuses). Returns (program, s).
 fn approximant(
-    a: &[f32],
     norm: f64,
     n: usize,
     method: ExpmMethod,
@@ -176,16 +191,14 @@ fn approximant(
     let program = program(method, degree);
     let nn = n * n;
     ws.prepare(n, program.steps.len() + 1);
-    let scale = (-(s as f64)).exp2() as f32;
-    let scaled = &mut ws.values[0];
-    vectorised(
-        #[inline(always)]
-        || {
-            for (x, &y) in scaled.iter_mut().zip(a) {
-                *x = y * scale;
-            }
-        },
-    );
+    if s > 0 {
+        let scale = (-(s as f64)).exp2() as f32;
+        let scaled = &mut ws.values[0];
+        vectorised(
+            #[inline(always)]
+            || scaled.iter_mut().for_each(|x| *x *= scale),
+        );
+    }
     evaluate(program, n, ws);
     let (u, v) = program.outputs;
     if program.pade {
@@ -211,12 +224,11 @@ fn approximant(
 
 /// exp(A) of one row-major n x n f32 matrix into `out`. Non-finite input gives NaN.
 pub fn forward(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod, ws: &mut Workspace) {
-    let norm = one_norm(a, n);
-    if norm.is_nan() {
+    let Some(norm) = ws.load(a, n) else {
         out.fill(f32::NAN);
         return;
-    }
-    let (_, s) = approximant(a, norm, n, method, ws);
+    };
+    let (_, s) = approximant(norm, n, method, ws);
     // Solving straight into `out` instead (the solve split into its two triangular phases so
     // that the second could write there) measured 8-13 % slower at [4096, 64, 64]. The
     // squarings run in the workspace, whose matrices start on cache lines (the caller's need
@@ -271,13 +283,12 @@ pub fn backward(
     method: ExpmMethod,
     ws: &mut Workspace,
 ) {
-    let norm = one_norm(a, n);
-    if norm.is_nan() {
+    let Some(norm) = ws.load(a, n) else {
         abar.fill(f32::NAN);
         return;
-    }
+    };
     let nn = n * n;
-    let (program, s) = approximant(a, norm, n, method, ws);
+    let (program, s) = approximant(norm, n, method, ws);
     // Forward squarings, keeping each input.
     ensure(&mut ws.squares, s as usize, nn);
     ws.t3.copy_from_slice(&ws.r0);
