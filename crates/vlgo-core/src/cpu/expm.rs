@@ -113,11 +113,18 @@ fn column_norms_body(a: &[f32], n: usize, mu: f32, copy: &mut [f32]) -> Option<(
         let (mut sums, mut shifted_sums) = ([0.0f64; BLOCK], [0.0f64; BLOCK]);
         for (i, row) in a.chunks_exact(n).take(n).enumerate() {
             let row = &row[j0..j0 + w];
-            if !copy.is_empty() {
-                copy[i * n + j0..i * n + j0 + w].copy_from_slice(row);
-            }
-            for (s, &x) in sums[..w].iter_mut().zip(row) {
-                *s += x.abs() as f64;
+            if copy.is_empty() {
+                for (s, &x) in sums[..w].iter_mut().zip(row) {
+                    *s += x.abs() as f64;
+                }
+            } else {
+                // In the loop of the sums, not a `copy_from_slice` per row: that compiles to a
+                // library call per row.
+                let to = &mut copy[i * n + j0..i * n + j0 + w];
+                for ((s, &x), y) in sums[..w].iter_mut().zip(row).zip(to) {
+                    *s += x.abs() as f64;
+                    *y = x;
+                }
             }
             // Without a shift (every `expm` plan) the shifted sums are the sums themselves.
             if mu != 0.0 {
