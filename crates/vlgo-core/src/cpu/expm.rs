@@ -5,7 +5,8 @@ use std::sync::OnceLock;
 
 use super::aligned::Aligned;
 use super::lu;
-use super::simd::{axpy, lin_comb, matmul, transpose, vectorised};
+pub(super) use super::simd::Ahead;
+use super::simd::{axpy, lin_comb, matmul, matmul_ahead, transpose, vectorised};
 use crate::expm::ExpmMethod;
 use crate::expm::plan::{Precision, choose};
 use crate::expm::scheme::{self, Program, Step};
@@ -152,12 +153,23 @@ impl Workspace {
     }
 }
 
-fn evaluate(program: &Program, n: usize, ws: &mut Workspace) {
+fn evaluate(program: &Program, n: usize, ws: &mut Workspace, ahead: Ahead) {
+    let products = program
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::MatMul(..)))
+        .count();
+    let share = ahead.lines().div_ceil(products.max(1));
+    let mut ahead = ahead;
     for (k, step) in program.steps.iter().enumerate() {
         let (lo, hi) = ws.values.split_at_mut(k + 1);
         let out = &mut hi[0];
         match step {
-            Step::MatMul(i, j) => matmul(&lo[*i], &lo[*j], out, n, false),
+            Step::MatMul(i, j) => {
+                let (now, rest) = ahead.split(share);
+                ahead = rest;
+                matmul_ahead(&lo[*i], &lo[*j], out, n, false, now);
+            }
             Step::Lin(terms, eye) => {
                 // Up to CHUNK terms per pass over the output, from a list on the stack.
                 const CHUNK: usize = 8;
@@ -193,6 +205,7 @@ fn approximant(
     n: usize,
     method: ExpmMethod,
     ws: &mut Workspace,
+    ahead: Ahead,
 ) -> (&'static Program, u32) {
     let (degree, s) = choose(norm, method, Precision::Single);
     let program = program(method, degree);
@@ -206,7 +219,7 @@ fn approximant(
             || scaled.iter_mut().for_each(|x| *x *= scale),
         );
     }
-    evaluate(program, n, ws);
+    evaluate(program, n, ws, ahead);
     let (u, v) = program.outputs;
     if program.pade {
         let (us, vs) = (&ws.values[u][..nn], &ws.values[v][..nn]);
@@ -229,13 +242,21 @@ fn approximant(
     (program, s)
 }
 
-/// exp(A) of one row-major n x n f32 matrix into `out`. Non-finite input gives NaN.
-pub fn forward(a: &[f32], out: &mut [f32], n: usize, method: ExpmMethod, ws: &mut Workspace) {
+/// exp(A) of one row-major n x n f32 matrix into `out`, fetching `ahead` (a batch's next
+/// matrix and output part, or nothing) during the products. Non-finite input gives NaN.
+pub fn forward(
+    a: &[f32],
+    out: &mut [f32],
+    n: usize,
+    method: ExpmMethod,
+    ws: &mut Workspace,
+    ahead: Ahead,
+) {
     let Some(norm) = ws.load(a, n) else {
         out.fill(f32::NAN);
         return;
     };
-    let (_, s) = approximant(norm, n, method, ws);
+    let (_, s) = approximant(norm, n, method, ws, ahead);
     // Solving straight into `out` instead (the solve split into its two triangular phases so
     // that the second could write there) measured 8-13 % slower at [4096, 64, 64]. The
     // squarings run in the workspace, whose matrices start on cache lines (the caller's need
@@ -276,7 +297,8 @@ fn add_product(
     live[slot] = true;
 }
 
-/// The adjoint of A given the adjoint `grad` of exp(A), into `abar`.
+/// The adjoint of A given the adjoint `grad` of exp(A), into `abar`, fetching `ahead` (a
+/// batch's next matrix, adjoint and output part, or nothing) during the approximant's products.
 ///
 /// The reverse pass carries transposed adjoints: for C = X Y, Xbar = Cbar Y^T and
 /// Ybar = X^T Cbar become Xbar^T = Y Cbar^T and Ybar^T = Cbar^T X, plain products that need no
@@ -289,13 +311,14 @@ pub fn backward(
     n: usize,
     method: ExpmMethod,
     ws: &mut Workspace,
+    ahead: Ahead,
 ) {
     let Some(norm) = ws.load(a, n) else {
         abar.fill(f32::NAN);
         return;
     };
     let nn = n * n;
-    let (program, s) = approximant(norm, n, method, ws);
+    let (program, s) = approximant(norm, n, method, ws, ahead);
     // Forward squarings, keeping each input.
     ensure(&mut ws.squares, s as usize, nn);
     ws.t3.copy_from_slice(&ws.r0);

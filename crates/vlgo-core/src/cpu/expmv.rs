@@ -2,7 +2,7 @@
 //! version (`expm::expmv`: shift, m and s minimising the matrix-vector products, early
 //! termination, fallback to the explicit exponential), run per matrix.
 
-use super::expm::{self as dense, Workspace, column_norms};
+use super::expm::{self as dense, Ahead, Workspace, column_norms};
 use super::simd::{VecMat, axpy, gemm_tn, matvec, vecmat, vecmat_pair};
 use super::small;
 use crate::expm::expmv::{KernelRecord, taylor_steps};
@@ -227,7 +227,7 @@ pub fn forward(
         Route::NonFinite => y.fill(f32::NAN),
         Route::Dense => {
             let mut t = vec![0.0; n * n];
-            dense::forward(a, &mut t, n, ExpmMethod::Pade, ws);
+            dense::forward(a, &mut t, n, ExpmMethod::Pade, ws, Ahead::default());
             matvec(&t, v, y, n);
         }
         Route::Taylor { m, s, mu } if n <= small::MAX => {
@@ -291,7 +291,7 @@ pub fn backward(
         }
         Route::Dense => {
             let mut t = vec![0.0; n * n];
-            dense::forward(a, &mut t, n, ExpmMethod::Pade, ws);
+            dense::forward(a, &mut t, n, ExpmMethod::Pade, ws, Ahead::default());
             // vbar = T^T g ; Tbar = g v^T.
             vbar.fill(0.0);
             for i in 0..n {
@@ -301,7 +301,7 @@ pub fn backward(
             for i in 0..n {
                 axpy(grad[i], v, &mut tbar[i * n..i * n + n]);
             }
-            dense::backward(a, &tbar, abar, n, ExpmMethod::Pade, ws);
+            dense::backward(a, &tbar, abar, n, ExpmMethod::Pade, ws, Ahead::default());
         }
         Route::Taylor { m, s, mu } if n <= small::MAX => {
             let tol = config.tol as f32;

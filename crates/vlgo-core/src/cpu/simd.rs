@@ -1617,6 +1617,84 @@ macro_rules! dispatch {
     };
 }
 
+/// Memory to bring into the core's cache while a kernel computes something else: up to three
+/// ranges of floats (a batch's next matrices and output part), fetched line by line
+/// with `prefetcht1`. A prefetch neither faults nor writes, so the ranges need not be valid
+/// memory; they are held as addresses, not slices, for that reason.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Ahead {
+    ranges: [(usize, usize); 3],
+}
+
+impl Ahead {
+    /// Floats per cache line.
+    const LINE: usize = 16;
+
+    /// The lines of `ranges` (address and length in floats each).
+    pub(crate) fn new(ranges: [(*const f32, usize); 3]) -> Self {
+        Self {
+            ranges: ranges.map(|(p, len)| (p as usize, len.div_ceil(Self::LINE))),
+        }
+    }
+
+    /// Lines left to fetch.
+    pub(crate) fn lines(&self) -> usize {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+
+    /// The first `count` lines left, and what remains after them.
+    pub(crate) fn split(self, count: usize) -> (Self, Self) {
+        let (mut first, mut rest) = (self, self);
+        let mut left = count;
+        for (f, r) in first.ranges.iter_mut().zip(&mut rest.ranges) {
+            let take = left.min(r.1);
+            *f = (r.0, take);
+            *r = (r.0 + take * Self::LINE * 4, r.1 - take);
+            left -= take;
+        }
+        (first, rest)
+    }
+
+    /// Fetches the next `count` lines.
+    #[inline(always)]
+    pub(crate) fn fetch(&mut self, count: usize) {
+        let (now, rest) = self.split(count);
+        #[cfg(target_arch = "x86_64")]
+        for &(start, lines) in &now.ranges {
+            for l in 0..lines {
+                let at = (start + l * Self::LINE * 4) as *const i8;
+                // SAFETY: a prefetch is a hint: it neither faults nor writes, at any address.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(at)
+                };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = now;
+        *self = rest;
+    }
+}
+
+/// [`matmul`] that also fetches `ahead`, spread over the product's tiles, where the kernel
+/// does (n = 64 on AVX-512); elsewhere `ahead` is ignored, since fetched in one burst the lines
+/// cost more than they saved (`docs/expm.md`).
+pub(crate) fn matmul_ahead(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    n: usize,
+    accumulate: bool,
+    ahead: Ahead,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if n == 64 && isa() == Isa::Avx512 {
+        // SAFETY: `isa()` reported AVX-512F; the kernel checks the lengths.
+        return unsafe { avx512_64::matmul_ahead(a, b, c, accumulate, ahead) };
+    }
+    let _ = ahead;
+    matmul(a, b, c, n, accumulate);
+}
+
 /// C = A B (`accumulate` false) or C += A B, row-major n x n.
 pub fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, accumulate: bool) {
     debug_assert!(a.len() >= n * n && b.len() >= n * n && c.len() >= n * n);
@@ -1967,6 +2045,38 @@ unsafe fn avx_transpose(a: &[f32], out: &mut [f32], n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ahead_hands_out_every_line_once_in_order() {
+        // Two ranges of 40 and 33 floats: 3 and 3 lines (the last ones partial), then an empty
+        // one; handed out 2 at a time they must come back as consecutive lines, in order.
+        let (x, y) = (vec![0f32; 40], vec![0f32; 33]);
+        let ahead = Ahead::new([
+            (x.as_ptr(), x.len()),
+            (y.as_ptr(), y.len()),
+            (x.as_ptr(), 0),
+        ]);
+        assert_eq!(ahead.lines(), 6);
+        let line = |p: &[f32], l: usize| p.as_ptr() as usize + 64 * l;
+        let want = [0, 1, 2]
+            .map(|l| line(&x, l))
+            .into_iter()
+            .chain([0, 1, 2].map(|l| line(&y, l)));
+        let mut got = Vec::new();
+        let mut rest = ahead;
+        while rest.lines() > 0 {
+            let (now, left) = rest.split(2);
+            assert_eq!(now.lines(), 2);
+            for &(start, lines) in &now.ranges {
+                got.extend((0..lines).map(|l| start + 64 * l));
+            }
+            rest = left;
+        }
+        assert_eq!(got, want.collect::<Vec<_>>());
+        // Asking for more than is left takes what is left.
+        let (now, left) = ahead.split(10);
+        assert_eq!((now.lines(), left.lines()), (6, 0));
+    }
 
     fn naive(a: &[f32], b: &[f32], n: usize) -> Vec<f64> {
         (0..n * n)

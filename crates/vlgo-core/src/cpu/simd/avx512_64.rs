@@ -23,11 +23,31 @@ const N: usize = 64;
 #[target_feature(enable = "avx512f")]
 #[inline(never)]
 pub(super) unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], accumulate: bool) {
+    // SAFETY: the caller's conditions; no lines to fetch.
+    unsafe { matmul_ahead(a, b, c, accumulate, super::Ahead::default()) }
+}
+
+/// [`matmul`], bringing the lines of `ahead` into the cache a few at a time, spread over the
+/// product's 16 tiles.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn matmul_ahead(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    accumulate: bool,
+    mut ahead: super::Ahead,
+) {
     const R: usize = 8;
     let (a, b, c) = (&a[..N * N], &b[..N * N], &mut c[..N * N]);
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // A sixteenth at the start of each tile (11 lines in the forward at 4096 x 64 x 64). Spread
+    // finer, a few lines every 8 steps of k, measured slower; the whole share in one burst
+    // before one of the scheme's steps, slower still (`docs/expm.md`).
+    let share = ahead.lines().div_ceil((N / R) * (N / 32));
     for j0 in (0..N).step_by(32) {
         for i0 in (0..N).step_by(R) {
+            ahead.fetch(share);
             // SAFETY: i0 + r < N, j0 + 32 <= N and k < N, so every offset below lies inside the
             // N x N matrices whose lengths the slicing above checked; unaligned loads and stores.
             unsafe {
