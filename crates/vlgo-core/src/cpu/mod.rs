@@ -156,8 +156,9 @@ fn forward_matrices<'o>(
     for_each_matrix(items, n, |ws, (o, (k, m))| {
         // The next matrix and output part, fetched during this one's products: at 4096
         // matrices of 64 their first read and write cost about 9 % of the forward otherwise
-        // (`docs/expm.md`). The next part usually follows this one in the same buffer; where
-        // it does not (a job's last matrix), the fetch is a wasted hint.
+        // (`docs/expm.md`). The next part follows this one in the output buffer; at a job's
+        // last matrix it is another thread's, and past the batch's last it lies beyond the
+        // buffer: a wasted hint either way.
         let next = a.get((k + 1) * nn..(k + 2) * nn).unwrap_or_default();
         let ahead = expm::Ahead::new([
             (next.as_ptr(), next.len()),

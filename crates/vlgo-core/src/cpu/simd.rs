@@ -1627,14 +1627,33 @@ pub(crate) struct Ahead {
 }
 
 impl Ahead {
-    /// Floats per cache line.
-    const LINE: usize = 16;
+    /// Bytes per cache line.
+    const LINE: usize = 64;
 
-    /// The lines of `ranges` (address and length in floats each).
+    /// The lines that hold `ranges` (address and length in floats each), from the line of each
+    /// range's first float to that of its last.
     pub(crate) fn new(ranges: [(*const f32, usize); 3]) -> Self {
         Self {
-            ranges: ranges.map(|(p, len)| (p as usize, len.div_ceil(Self::LINE))),
+            ranges: ranges.map(|(p, len)| {
+                let (start, end) = (p as usize, p as usize + 4 * len);
+                let first = start / Self::LINE * Self::LINE;
+                (
+                    first,
+                    if len == 0 {
+                        0
+                    } else {
+                        (end - first).div_ceil(Self::LINE)
+                    },
+                )
+            }),
         }
+    }
+
+    /// The addresses of the lines left, in order.
+    fn addresses(&self) -> impl Iterator<Item = usize> + '_ {
+        self.ranges
+            .iter()
+            .flat_map(|&(start, lines)| (0..lines).map(move |l| start + l * Self::LINE))
     }
 
     /// Lines left to fetch.
@@ -1649,7 +1668,7 @@ impl Ahead {
         for (f, r) in first.ranges.iter_mut().zip(&mut rest.ranges) {
             let take = left.min(r.1);
             *f = (r.0, take);
-            *r = (r.0 + take * Self::LINE * 4, r.1 - take);
+            *r = (r.0 + take * Self::LINE, r.1 - take);
             left -= take;
         }
         (first, rest)
@@ -1660,14 +1679,13 @@ impl Ahead {
     pub(crate) fn fetch(&mut self, count: usize) {
         let (now, rest) = self.split(count);
         #[cfg(target_arch = "x86_64")]
-        for &(start, lines) in &now.ranges {
-            for l in 0..lines {
-                let at = (start + l * Self::LINE * 4) as *const i8;
-                // SAFETY: a prefetch is a hint: it neither faults nor writes, at any address.
-                unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(at)
-                };
-            }
+        for at in now.addresses() {
+            // SAFETY: a prefetch is a hint: it neither faults nor writes, at any address.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                    at as *const i8,
+                )
+            };
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = now;
@@ -2048,31 +2066,23 @@ mod tests {
 
     #[test]
     fn ahead_hands_out_every_line_once_in_order() {
-        // Two ranges of 40 and 33 floats: 3 and 3 lines (the last ones partial), then an empty
-        // one; handed out 2 at a time they must come back as consecutive lines, in order.
-        let (x, y) = (vec![0f32; 40], vec![0f32; 33]);
-        let ahead = Ahead::new([
-            (x.as_ptr(), x.len()),
-            (y.as_ptr(), y.len()),
-            (x.as_ptr(), 0),
-        ]);
+        // Addresses only (a prefetch never reads them): 40 floats from 16 bytes into a line
+        // span 3 lines, 33 floats from a line's start 3, and an empty range none. Handed out
+        // 2 at a time they must come back as consecutive lines, in order, each once.
+        let at = |address: usize| address as *const f32;
+        let ahead = Ahead::new([(at(0x1010), 40), (at(0x2000), 33), (at(0x3000), 0)]);
         assert_eq!(ahead.lines(), 6);
-        let line = |p: &[f32], l: usize| p.as_ptr() as usize + 64 * l;
-        let want = [0, 1, 2]
-            .map(|l| line(&x, l))
-            .into_iter()
-            .chain([0, 1, 2].map(|l| line(&y, l)));
+        let want = [0x1000, 0x1040, 0x1080, 0x2000, 0x2040, 0x2080];
+        assert_eq!(ahead.addresses().collect::<Vec<_>>(), want);
         let mut got = Vec::new();
         let mut rest = ahead;
         while rest.lines() > 0 {
             let (now, left) = rest.split(2);
             assert_eq!(now.lines(), 2);
-            for &(start, lines) in &now.ranges {
-                got.extend((0..lines).map(|l| start + 64 * l));
-            }
+            got.extend(now.addresses());
             rest = left;
         }
-        assert_eq!(got, want.collect::<Vec<_>>());
+        assert_eq!(got, want);
         // Asking for more than is left takes what is left.
         let (now, left) = ahead.split(10);
         assert_eq!((now.lines(), left.lines()), (6, 0));

@@ -41,9 +41,10 @@ pub(super) unsafe fn matmul_ahead(
     const R: usize = 8;
     let (a, b, c) = (&a[..N * N], &b[..N * N], &mut c[..N * N]);
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
-    // A sixteenth at the start of each tile (11 lines in the forward at 4096 x 64 x 64). Spread
-    // finer, a few lines every 8 steps of k, measured slower; the whole share in one burst
-    // before one of the scheme's steps, slower still (`docs/expm.md`).
+    // A sixteenth at the start of each tile (11 lines in the forward at ||A||_1 ~ 1.6, whose
+    // Padé-5 scheme has three products to share the 512 lines of the next matrix and output
+    // part). Spread finer, a few lines every 8 steps of k, measured slower; the whole share in
+    // one burst before one of the scheme's steps, slower still (`docs/expm.md`).
     let share = ahead.lines().div_ceil((N / R) * (N / 32));
     for j0 in (0..N).step_by(32) {
         for i0 in (0..N).step_by(R) {
