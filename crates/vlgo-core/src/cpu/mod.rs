@@ -159,14 +159,20 @@ fn forward_matrices<'o>(
         // (`docs/expm.md`). The next part follows this one in the output buffer; at a job's
         // last matrix it is another thread's, and past the batch's last it lies beyond the
         // buffer: a wasted hint either way.
-        let next = a.get((k + 1) * nn..(k + 2) * nn).unwrap_or_default();
         let ahead = expm::Ahead::new([
-            (next.as_ptr(), next.len()),
+            following(a, k, nn),
             (o.as_ptr().wrapping_add(nn), nn),
             (std::ptr::null(), 0),
         ]);
         expm::forward(m, o, n, method, ws, ahead)
     });
+}
+
+/// The matrix after the k-th of a batch of `nn`-float matrices, as an address and length for
+/// [`expm::Ahead`] (empty after the last).
+fn following(x: &[f32], k: usize, nn: usize) -> (*const f32, usize) {
+    let x = x.get((k + 1) * nn..(k + 2) * nn).unwrap_or_default();
+    (x.as_ptr(), x.len())
 }
 
 /// The adjoint of every n x n matrix of `a` given that of its exponential in `grad`, into the
@@ -182,11 +188,8 @@ fn backward_matrices<'o>(
     let items = abar.zip(a.par_chunks(nn).zip(grad.par_chunks(nn)).enumerate());
     for_each_matrix(items, n, |ws, (o, (k, (m, g)))| {
         // As in the forward: the next matrix, its adjoint and output part.
-        let next = |x: &[f32]| {
-            let x = x.get((k + 1) * nn..(k + 2) * nn).unwrap_or_default();
-            (x.as_ptr(), x.len())
-        };
-        let ahead = expm::Ahead::new([next(a), next(grad), (o.as_ptr().wrapping_add(nn), nn)]);
+        let o_next = (o.as_ptr().wrapping_add(nn), nn);
+        let ahead = expm::Ahead::new([following(a, k, nn), following(grad, k, nn), o_next]);
         expm::backward(m, g, o, n, method, ws, ahead)
     });
 }

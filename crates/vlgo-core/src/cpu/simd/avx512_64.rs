@@ -48,7 +48,9 @@ pub(super) unsafe fn matmul_ahead(
     let share = ahead.lines().div_ceil((N / R) * (N / 32));
     for j0 in (0..N).step_by(32) {
         for i0 in (0..N).step_by(R) {
-            ahead.fetch(share);
+            if share > 0 {
+                ahead.fetch(share);
+            }
             // SAFETY: i0 + r < N, j0 + 32 <= N and k < N, so every offset below lies inside the
             // N x N matrices whose lengths the slicing above checked; unaligned loads and stores.
             unsafe {
