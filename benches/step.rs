@@ -5,7 +5,7 @@
 //! these (same machine, same sitting).
 //!
 //! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --max-pool --reps R --only 32|28
-//! --methods simclr-mlp,manifoldclr-mlp --network-width F --layer-times]`.
+//! --methods simclr-mlp,manifoldclr-mlp --network-width F --layer-times --caller-thread]`.
 //! Defaults: both backends, the anchors' batches (128 at 3 x 32 x 32, width 64; 256 at
 //! 1 x 28 x 28, width 32), one timed step after one warm-up. Throughput per image barely
 //! depends on the batch here (the convolutions cost per image), so `--batch` can shorten a
@@ -14,7 +14,9 @@
 //! 16 generators in 64 x 64 blocks, encoder and prior at width `--network-width`, default 512;
 //! one AdamW over every parameter). Like the `vlgo` program, it keeps freed buffers in the heap
 //! (`vlgo_core::cpu::host::keep_freed_buffers`); `--default-allocator` leaves glibc's defaults,
-//! to time what that setting is worth. `--layer-times` prints, after each method's row, the
+//! to time what that setting is worth. Like the trainer, it runs the steps on a thread of
+//! rayon's pool (`vlgo_core::cpu::host::on_pool_worker`); `--caller-thread` runs them on the
+//! main thread, to time what that is worth. `--layer-times` prints, after each method's row, the
 //! timed steps' wall time in each layer kernel per shape (`vlgo_core::layers::timing`), the
 //! per-operator view of `torch.profiler`.
 
@@ -149,6 +151,16 @@ fn main() {
     if !std::env::args().any(|a| a == "--default-allocator") {
         vlgo_core::cpu::host::keep_freed_buffers();
     }
+    // The trainer runs each step on a thread of rayon's pool; `--caller-thread` times it on
+    // the main thread instead, as before that.
+    if std::env::args().any(|a| a == "--caller-thread") {
+        run()
+    } else {
+        vlgo_core::cpu::host::on_pool_worker(run)
+    }
+}
+
+fn run() {
     let reps: usize = arg("--reps").map_or(1, |r| r.parse().expect("--reps takes an integer"));
     let backend = arg("--backend");
     let only = arg("--only");

@@ -19,6 +19,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use vlgo_core::ExpmBackend;
 use vlgo_core::StreamRng;
+use vlgo_core::cpu::host::on_pool_worker;
 use vlgo_core::layers::LayerBackend;
 
 use crate::clip::clip_global_norm;
@@ -601,8 +602,18 @@ impl<B: TrainBackend> Pretrainer<B> {
                     // Every part stops together: one that failed would leave the others
                     // waiting for it in the next exchange.
                     let views = agree(sync, views)?;
-                    let log =
-                        self.train_step(epoch, shape, local, views, &schedules, device, t, sync);
+                    let log = match sync {
+                        // On a thread of rayon's pool, where the step's parallel operations
+                        // start without a hand-over (`on_pool_worker`). Not with `sync`: the
+                        // parts wait for each other, and could wait on a part that waits for
+                        // a pool thread.
+                        None => on_pool_worker(|| {
+                            self.train_step(epoch, shape, local, views, &schedules, device, t, None)
+                        }),
+                        Some(_) => {
+                            self.train_step(epoch, shape, local, views, &schedules, device, t, sync)
+                        }
+                    };
                     let done = log.and_then(|log| match hooks.as_deref_mut() {
                         Some(h) => h.step(&log),
                         None => Ok(()),
