@@ -19,7 +19,6 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use vlgo_core::ExpmBackend;
 use vlgo_core::StreamRng;
-use vlgo_core::cpu::host::on_pool_worker;
 use vlgo_core::layers::LayerBackend;
 
 use crate::clip::clip_global_norm;
@@ -603,11 +602,11 @@ impl<B: TrainBackend> Pretrainer<B> {
                     // waiting for it in the next exchange.
                     let views = agree(sync, views)?;
                     let log = match sync {
-                        // On a thread of rayon's pool, where the step's parallel operations
-                        // start without a hand-over (`on_pool_worker`). Not with `sync`: the
-                        // parts wait for each other, and could wait on a part that waits for
-                        // a pool thread.
-                        None => on_pool_worker(|| {
+                        // On the CPU, on a thread of rayon's pool, where the step's parallel
+                        // operations start without a hand-over. Not with `sync`: the parts
+                        // wait for each other, and could wait on a part that waits for a pool
+                        // thread.
+                        None => vlgo_core::threads::on_pool_worker::<B, _>(|| {
                             self.train_step(epoch, shape, local, views, &schedules, device, t, None)
                         }),
                         Some(_) => {

@@ -116,6 +116,7 @@ pub mod sparse_coding;
 ))]
 #[doc(hidden)]
 pub mod testing;
+pub mod threads;
 
 pub use best_of_j::{BestOfJ, best_of_j, best_of_j_seeded, best_of_j_with};
 pub use laplace::{

@@ -95,7 +95,8 @@ pub(crate) fn output_in_parts<T>(
 /// -> host round trip of such a batch on `Flex` went from 58-61 ms to 6-7 ms, and the
 /// exponential's forward through the tensor API no longer costs more than into a kept buffer
 /// (`docs/expm.md`). Threads served by one of glibc's secondary arenas (the rayon workers,
-/// mostly) still map buffers of 64 MiB and more, the size of one of that arena's heaps.
+/// mostly, and so a training step run through [`on_pool_worker`](crate::threads::on_pool_worker))
+/// still map buffers of 64 MiB and more, the size of one of that arena's heaps.
 ///
 /// The cost is memory. The main heap keeps up to 1 GiB of freed memory mapped at its top
 /// instead of returning it, and a large buffer freed below a live one stays mapped until it is
@@ -134,35 +135,6 @@ pub fn keep_freed_buffers() -> bool {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
-    }
-}
-
-/// Runs `job` on a thread of rayon's global pool and returns its result: at once where the
-/// caller is one of the pool's threads, else by handing `job` to the pool and waiting for it.
-///
-/// The CPU backends' kernels and most of Burn's CPU tensor operations spread their work over
-/// rayon's pool. Called from a thread outside it (a program's main thread), each such operation
-/// is handed to the pool while the caller sleeps until it is done: a wake-up of a pool thread
-/// and of the caller per operation, hundreds of times in a training step, and the caller's
-/// core idles meanwhile. Called from a pool thread, the operation starts on that thread and the
-/// others join in. On the Fashion-MNIST CPU config's training step, running the whole step this
-/// way measured 1.02-1.05x faster on a 2-core machine (`docs/pretrain.md`). The trainers run
-/// each step through it on the CPU; a program that drives steps itself can do the same.
-///
-/// `job` takes one of the pool's threads for as long as it runs, so it must not wait on
-/// another thread that itself needs a pool thread to go on (a barrier across several such
-/// jobs could deadlock once they outnumber the pool's threads).
-///
-/// ```
-/// let on_pool = vlgo_core::cpu::host::on_pool_worker(|| rayon::current_thread_index().is_some());
-/// assert!(on_pool);
-/// ```
-pub fn on_pool_worker<R: Send>(job: impl FnOnce() -> R + Send) -> R {
-    if rayon::current_thread_index().is_some() {
-        job()
-    } else {
-        // From outside the pool, `scope` runs its body on one of the global pool's threads.
-        rayon::scope(|_| job())
     }
 }
 

@@ -242,9 +242,10 @@ fn with_workspace<R>(n: usize, job: impl FnOnce(&mut expm::Workspace) -> R) -> R
 }
 
 /// Runs `job` on every matrix of the batch with one workspace per thread. A batch of at most
-/// one job's worth runs on the calling thread: rayon would hand it to a pool worker (the caller
-/// usually is not one) and wait, a cross-thread round trip that costs more than a batch of
-/// hundreds of 3 x 3 problems, and that serialises callers that solve chunks on their own threads.
+/// one job's worth runs on the calling thread: where the caller is not a pool thread (a
+/// program's main thread, FISTA's chunk threads), rayon would hand it to a pool worker and
+/// wait, a cross-thread round trip that costs more than a batch of hundreds of 3 x 3 problems,
+/// and that serialises callers that solve chunks on their own threads.
 fn for_each_matrix<I, F>(items: I, n: usize, job: F)
 where
     I: IndexedParallelIterator,
@@ -309,21 +310,24 @@ pub(crate) fn expmv_backward_batch<B: Host>(
     let n = vdims[1];
     let (v, grad) = (in_f32::<B>(v), in_f32::<B>(grad));
     let (a, v, g) = (B::read(&a), B::read(&v), B::read(&grad));
-    let mut abar = output(a.len());
     let mut vbar = output(v.len());
-    if n > 0 {
-        let items = abar
-            .par_chunks_mut(n * n)
-            .zip(vbar.par_chunks_mut(n))
-            .zip(
-                a.par_chunks(n * n)
-                    .zip(v.par_chunks(n).zip(g.par_chunks(n))),
-            )
-            .enumerate();
-        for_each_matrix(items, n, |ws, (i, ((ab, vb), (a, (v, g))))| {
-            expmv::backward(a, v, g, ab, vb, n, config, records.get(i), ws)
-        });
-    }
+    // Abar's parts are zeroed by the threads that write them, in cache: zeroing the whole
+    // buffer first (8 MiB for the ManifoldCLR step's transport) was one thread's pass over
+    // memory.
+    let (abar, ()) = output_in_parts(a.len(), n * n, |parts| {
+        if n > 0 {
+            let items = parts
+                .zip(vbar.par_chunks_mut(n))
+                .zip(
+                    a.par_chunks(n * n)
+                        .zip(v.par_chunks(n).zip(g.par_chunks(n))),
+                )
+                .enumerate();
+            for_each_matrix(items, n, |ws, (i, ((ab, vb), (a, (v, g))))| {
+                expmv::backward(a, v, g, ab, vb, n, config, records.get(i), ws)
+            });
+        }
+    });
     (B::make(abar, &adims), B::make(vbar, &vdims))
 }
 
