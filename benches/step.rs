@@ -14,11 +14,11 @@
 //! 16 generators in 64 x 64 blocks, encoder and prior at width `--network-width`, default 512;
 //! one AdamW over every parameter). Like the `vlgo` program, it keeps freed buffers in the heap
 //! (`vlgo_core::cpu::host::keep_freed_buffers`); `--default-allocator` leaves glibc's defaults,
-//! to time what that setting is worth. Like the trainer, it runs each step (forward, backward,
-//! optimiser; not the views) on a thread of rayon's pool (`vlgo_core::threads::on_pool_worker`);
-//! `--caller-thread` runs them on the main thread, to time what that is worth. `--layer-times` prints, after each method's row, the
-//! timed steps' wall time in each layer kernel per shape (`vlgo_core::layers::timing`), the
-//! per-operator view of `torch.profiler`.
+//! to time what that setting is worth. Like the `vlgo` program, it makes its main thread the
+//! first thread of rayon's pool (`vlgo_core::threads::pool_on_this_thread`); `--caller-thread`
+//! leaves the main thread outside the pool, to time what that is worth. `--layer-times`
+//! prints, after each method's row, the timed steps' wall time in each layer kernel per shape
+//! (`vlgo_core::layers::timing`), the per-operator view of `torch.profiler`.
 
 use std::time::Instant;
 
@@ -73,7 +73,6 @@ fn bench<B: TrainBackend>(
     let indices: Vec<usize> = (0..batch).collect();
     let mut totals = [0.0f64; 4];
     let layer_times = std::env::args().any(|a| a == "--layer-times");
-    let caller_thread = std::env::args().any(|a| a == "--caller-thread");
     for rep in 0..=reps {
         if layer_times && rep == 1 {
             timing::start();
@@ -84,28 +83,18 @@ fn bench<B: TrainBackend>(
         let a = Tensor::<B, 4>::from_data(TensorData::new(a, dims), &device);
         let b = Tensor::<B, 4>::from_data(TensorData::new(b, dims), &device);
         let data = t.elapsed().as_secs_f64();
-        let optim = &mut optim;
-        let step = move || {
-            let t = Instant::now();
-            let loss = model.step(a, b, rep as u64).unwrap().loss;
-            let _ = loss.clone().into_scalar();
-            let forward = t.elapsed().as_secs_f64();
-            let t = Instant::now();
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            let backward = t.elapsed().as_secs_f64();
-            let t = Instant::now();
-            let model = optim.step(1e-3, model, grads);
-            // The optimiser's update is lazy on some backends: read a parameter back.
-            let _ = model.head.clone().into_record();
-            (model, [forward, backward, t.elapsed().as_secs_f64()])
-        };
-        // As the trainer runs a step (the views are made outside it, on the main thread here).
-        let (next, [forward, backward, optimiser]) = if caller_thread {
-            step()
-        } else {
-            vlgo_core::threads::on_pool_worker::<B, _>(step)
-        };
-        model = next;
+        let t = Instant::now();
+        let loss = model.step(a, b, rep as u64).unwrap().loss;
+        let _ = loss.clone().into_scalar();
+        let forward = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let backward = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        model = optim.step(1e-3, model, grads);
+        // The optimiser's update is lazy on some backends: read a parameter back.
+        let _ = model.head.clone().into_record();
+        let optimiser = t.elapsed().as_secs_f64();
         if rep > 0 {
             for (s, v) in totals.iter_mut().zip([data, forward, backward, optimiser]) {
                 *s += v / reps as f64;
@@ -161,6 +150,9 @@ fn print_layer_times(times: &[timing::LayerTime], reps: usize, step: f64) {
 fn main() {
     if !std::env::args().any(|a| a == "--default-allocator") {
         vlgo_core::cpu::host::keep_freed_buffers();
+    }
+    if !std::env::args().any(|a| a == "--caller-thread") {
+        vlgo_core::threads::pool_on_this_thread();
     }
     let reps: usize = arg("--reps").map_or(1, |r| r.parse().expect("--reps takes an integer"));
     let backend = arg("--backend");

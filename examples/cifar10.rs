@@ -9,6 +9,7 @@
 fn main() -> Result<(), vlgo::CliError> {
     // Reuse freed tensor buffers instead of having the system zero fresh pages every step.
     vlgo_core::cpu::host::keep_freed_buffers();
+    vlgo_core::threads::pool_on_this_thread();
     let summary = vlgo::pretrain::example("cifar10-simclr-mlp")?;
     println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
     Ok(())

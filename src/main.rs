@@ -93,6 +93,9 @@ fn main() -> ExitCode {
     // in the heap spares the system's page zeroing (a third of the semi-supervised trainer's
     // time, `docs/semisup.md`, "Speed").
     vlgo_core::cpu::host::keep_freed_buffers();
+    // The main thread runs the steps: in rayon's pool, it takes part in their parallel work
+    // instead of handing each operation over and sleeping (`docs/pretrain.md`).
+    vlgo_core::threads::pool_on_this_thread();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = parse(&args).and_then(|(named, command)| match command {
         // Help needs no backend (a bad VLGO_BACKEND must not hide it).

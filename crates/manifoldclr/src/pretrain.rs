@@ -601,18 +601,8 @@ impl<B: TrainBackend> Pretrainer<B> {
                     // Every part stops together: one that failed would leave the others
                     // waiting for it in the next exchange.
                     let views = agree(sync, views)?;
-                    let log = match sync {
-                        // On the CPU, on a thread of rayon's pool, where the step's parallel
-                        // operations start without a hand-over. Not with `sync`: the parts
-                        // wait for each other, and could wait on a part that waits for a pool
-                        // thread.
-                        None => vlgo_core::threads::on_pool_worker::<B, _>(|| {
-                            self.train_step(epoch, shape, local, views, &schedules, device, t, None)
-                        }),
-                        Some(_) => {
-                            self.train_step(epoch, shape, local, views, &schedules, device, t, sync)
-                        }
-                    };
+                    let log =
+                        self.train_step(epoch, shape, local, views, &schedules, device, t, sync);
                     let done = log.and_then(|log| match hooks.as_deref_mut() {
                         Some(h) => h.step(&log),
                         None => Ok(()),

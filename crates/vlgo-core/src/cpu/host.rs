@@ -95,8 +95,7 @@ pub(crate) fn output_in_parts<T>(
 /// -> host round trip of such a batch on `Flex` went from 58-61 ms to 6-7 ms, and the
 /// exponential's forward through the tensor API no longer costs more than into a kept buffer
 /// (`docs/expm.md`). Threads served by one of glibc's secondary arenas (the rayon workers,
-/// mostly, and so a training step run through [`on_pool_worker`](crate::threads::on_pool_worker))
-/// still map buffers of 64 MiB and more, the size of one of that arena's heaps.
+/// mostly) still map buffers of 64 MiB and more, the size of one of that arena's heaps.
 ///
 /// The cost is memory. The main heap keeps up to 1 GiB of freed memory mapped at its top
 /// instead of returning it, and a large buffer freed below a live one stays mapped until it is
