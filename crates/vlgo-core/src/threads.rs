@@ -26,14 +26,27 @@
 /// `rayon::yield_now`); jobs that other threads hand to the pool meanwhile go to its other
 /// threads.
 ///
+/// A pool of one thread is left alone (returns `false`): its only thread would then be the
+/// caller, and work that other threads hand to the pool (the trainer's views) would wait while
+/// the caller waits for it.
+///
 /// ```
 /// // First thing in `main`:
-/// assert!(vlgo_core::threads::pool_on_this_thread());
-/// assert_eq!(rayon::current_thread_index(), Some(0));
-/// // The pool exists now: a second call changes nothing.
+/// let joined = vlgo_core::threads::pool_on_this_thread();
+/// assert_eq!(rayon::current_thread_index() == Some(0), joined);
+/// // The pool exists now (or stays as rayon makes it): a second call changes nothing.
 /// assert!(!vlgo_core::threads::pool_on_this_thread());
 /// ```
 pub fn pool_on_this_thread() -> bool {
+    // The count rayon's builder would take.
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads < 2 {
+        return false;
+    }
     rayon::ThreadPoolBuilder::new()
         .use_current_thread()
         .build_global()
