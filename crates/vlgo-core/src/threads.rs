@@ -12,7 +12,7 @@
 /// effect: `false` where the global pool already existed (something ran on it before), which
 /// leaves everything as it was.
 ///
-/// Called first thing in `main` (the `vlgo` program, the examples and the benchmarks do), it
+/// Called first thing in `main` (the `vlgo` program, the examples and the step bench do), it
 /// lets the main thread take part in the parallel work of every step it runs instead of handing
 /// each operation over and sleeping. On a 2-core machine that made the Fashion-MNIST CPU
 /// configs' training step faster (`docs/pretrain.md`, "The main thread in rayon's pool"). The

@@ -242,8 +242,8 @@ fn with_workspace<R>(n: usize, job: impl FnOnce(&mut expm::Workspace) -> R) -> R
 }
 
 /// Runs `job` on every matrix of the batch with one workspace per thread. A batch of at most
-/// one job's worth runs on the calling thread: where the caller is not a pool thread (a
-/// program's main thread, FISTA's chunk threads), rayon would hand it to a pool worker and
+/// one job's worth runs on the calling thread: where the caller is not a pool thread (FISTA's
+/// chunk threads, a program that keeps its main thread out of the pool), rayon would hand it to a pool worker and
 /// wait, a cross-thread round trip that costs more than a batch of hundreds of 3 x 3 problems,
 /// and that serialises callers that solve chunks on their own threads.
 fn for_each_matrix<I, F>(items: I, n: usize, job: F)
