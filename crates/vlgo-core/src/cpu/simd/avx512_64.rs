@@ -101,10 +101,6 @@ struct Block<Init, Coef, Tri> {
     coef: Coef,
     /// The triangle's coefficient of the block's row c in its row r (`tri(r, r)` the diagonal).
     tri: Tri,
-    /// Rows in ascending order (a lower triangle) or descending (upper).
-    ascending: bool,
-    /// The diagonal is ones (L); otherwise each row is scaled by 1 / `tri(r, r)` (U).
-    unit: bool,
 }
 
 impl<Init, Coef, Tri> Block<Init, Coef, Tri>
@@ -115,6 +111,11 @@ where
 {
     /// Solves the block's R rows from the solved rows of `x` into rows i0.. of `out` (which may
     /// be `x`, and `init` may point into the rows written: every load comes before the stores).
+    /// Rows go in ascending order (a lower triangle) or descending (upper); with `UNIT` the
+    /// diagonal is ones (L), otherwise each row is scaled by 1 / `tri(r, r)` (U). Both are
+    /// constants so that the triangle's loops unroll and the block's rows stay in registers:
+    /// with them read at run time, the descending triangle kept the rows on the stack, each
+    /// multiply-add a load, an FMA and a store in a chain.
     ///
     /// # Safety
     ///
@@ -122,7 +123,11 @@ where
     /// for `out`, writable) f32 each; i0 + R and `solved.1` are at most N; `coef` and `tri` read
     /// in bounds for r < R, c < R and k in `solved`.
     #[inline(always)]
-    unsafe fn solve<const R: usize>(&self, x: *const f32, out: *mut f32) {
+    unsafe fn solve<const R: usize, const ASCENDING: bool, const UNIT: bool>(
+        &self,
+        x: *const f32,
+        out: *mut f32,
+    ) {
         // SAFETY: the caller's conditions; every offset is a row index below N times N plus a
         // column below N.
         unsafe {
@@ -138,21 +143,24 @@ where
                 }
             }
             for step in 0..R {
-                let r = if self.ascending { step } else { R - 1 - step };
-                let done = if self.ascending { 0..r } else { r + 1..R };
-                for c in done {
-                    let (m, prev) = (_mm512_set1_ps((self.tri)(r, c)), acc[c]);
-                    for v in 0..4 {
-                        acc[r][v] = _mm512_fnmadd_ps(m, prev[v], acc[r][v]);
+                let r = if ASCENDING { step } else { R - 1 - step };
+                // Over all of 0..R with the test inside, not over the run-time range of the
+                // rows already solved, so that the loop has constant bounds to unroll; the
+                // rows still enter in ascending order.
+                for c in 0..R {
+                    let solved = if ASCENDING { c < r } else { c > r };
+                    if solved {
+                        let (m, prev) = (_mm512_set1_ps((self.tri)(r, c)), acc[c]);
+                        for v in 0..4 {
+                            acc[r][v] = _mm512_fnmadd_ps(m, prev[v], acc[r][v]);
+                        }
                     }
                 }
-                if !self.unit {
-                    let s = 1.0 / (self.tri)(r, r);
-                    if s != 1.0 {
-                        let s = _mm512_set1_ps(s);
-                        for v in acc[r].iter_mut() {
-                            *v = _mm512_mul_ps(*v, s);
-                        }
+                if !UNIT {
+                    // Times 1 / u_rr even where that is 1, which leaves every value as it was.
+                    let s = _mm512_set1_ps(1.0 / (self.tri)(r, r));
+                    for v in acc[r].iter_mut() {
+                        *v = _mm512_mul_ps(*v, s);
                     }
                 }
             }
@@ -190,8 +198,12 @@ fn blocks() -> impl DoubleEndedIterator<Item = (usize, usize)> {
 ///
 /// As [`Block::solve`].
 #[inline(always)]
-unsafe fn solve_rows<I, C, T>(block: &Block<I, C, T>, rows: usize, x: *const f32, out: *mut f32)
-where
+unsafe fn solve_rows<I, C, T, const ASCENDING: bool, const UNIT: bool>(
+    block: &Block<I, C, T>,
+    rows: usize,
+    x: *const f32,
+    out: *mut f32,
+) where
     I: Fn(usize) -> *const f32,
     C: Fn(usize, usize) -> f32,
     T: Fn(usize, usize) -> f32,
@@ -199,8 +211,8 @@ where
     // SAFETY: the caller's conditions.
     unsafe {
         match rows {
-            ROWS => block.solve::<ROWS>(x, out),
-            4 => block.solve::<4>(x, out),
+            ROWS => block.solve::<ROWS, ASCENDING, UNIT>(x, out),
+            4 => block.solve::<4, ASCENDING, UNIT>(x, out),
             _ => unreachable!("the blocks of 64 rows are of {ROWS} and 4"),
         }
     }
@@ -235,10 +247,8 @@ pub(super) unsafe fn lu_solve(
                 solved: (0, i0),
                 coef: |r, k| *l.add((i0 + r) * N + k),
                 tri: |r, c| *l.add((i0 + r) * N + i0 + c),
-                ascending: true,
-                unit: true,
             };
-            solve_rows(&lower, rows, tmp, tmp);
+            solve_rows::<_, _, _, true, true>(&lower, rows, tmp, tmp);
         }
         for (i0, rows) in blocks().rev() {
             let upper = Block {
@@ -247,10 +257,8 @@ pub(super) unsafe fn lu_solve(
                 solved: (i0 + rows, N),
                 coef: |r, k| *u.add((i0 + r) * N + k),
                 tri: |r, c| *u.add((i0 + r) * N + i0 + c),
-                ascending: false,
-                unit: false,
             };
-            solve_rows(&upper, rows, b, b);
+            solve_rows::<_, _, _, false, false>(&upper, rows, b, b);
         }
     }
 }
@@ -280,10 +288,8 @@ pub(super) unsafe fn lu_solve_transposed(
                     solved: (0, i0),
                     coef: |r, k| *u.add(k * N + i0 + r),
                     tri: |r, c| *u.add((i0 + c) * N + i0 + r),
-                    ascending: true,
-                    unit: false,
                 };
-                solve_rows(&upper, rows, tmp, tmp);
+                solve_rows::<_, _, _, true, false>(&upper, rows, tmp, tmp);
             }
             for (i0, rows) in blocks().rev() {
                 let lower = Block {
@@ -292,10 +298,8 @@ pub(super) unsafe fn lu_solve_transposed(
                     solved: (i0 + rows, N),
                     coef: |r, k| *l.add(k * N + i0 + r),
                     tri: |r, c| *l.add((i0 + c) * N + i0 + r),
-                    ascending: false,
-                    unit: true,
                 };
-                solve_rows(&lower, rows, tmp, tmp);
+                solve_rows::<_, _, _, false, true>(&lower, rows, tmp, tmp);
             }
         }
     }
