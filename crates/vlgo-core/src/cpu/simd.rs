@@ -2335,8 +2335,8 @@ mod tests {
         // SAFETY: the CPU has AVX-512F (checked above); every buffer is N x N.
         unsafe { avx512::lu_factor(&mut u, &mut l, &mut perm, N) };
         assert_ne!(perm, (0..N).collect::<Vec<_>>(), "no row exchanged");
-        // Unit diagonal entries in U at a few rows, so that the branch that skips the scaling
-        // runs (its result cannot differ: a product by 1 changes no value).
+        // Unit diagonal entries in U at a few rows, where the generic body skips the scaling and
+        // the intrinsics multiply by 1 (which changes no value).
         for i in [5, 30, 63] {
             u[i * N + i] = 1.0;
         }

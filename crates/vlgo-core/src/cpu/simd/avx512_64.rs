@@ -111,11 +111,11 @@ where
 {
     /// Solves the block's R rows from the solved rows of `x` into rows i0.. of `out` (which may
     /// be `x`, and `init` may point into the rows written: every load comes before the stores).
-    /// Rows go in ascending order (a lower triangle) or descending (upper); with `UNIT` the
-    /// diagonal is ones (L), otherwise each row is scaled by 1 / `tri(r, r)` (U). Both are
-    /// constants so that the triangle's loops unroll and the block's rows stay in registers:
-    /// with them read at run time, the descending triangle kept the rows on the stack, each
-    /// multiply-add a load, an FMA and a store in a chain.
+    /// With `ASCENDING` the rows go in ascending order (a lower triangle), otherwise descending
+    /// (upper); with `UNIT` the diagonal is ones (L), otherwise each row is scaled by
+    /// 1 / `tri(r, r)` (U). Both are constants so that the triangle's loops unroll and the
+    /// block's rows stay in registers: with them read at run time, the descending triangle kept
+    /// the rows on the stack, each multiply-add a load, an FMA and a store in a chain.
     ///
     /// # Safety
     ///
@@ -148,8 +148,8 @@ where
                 // rows already solved, so that the loop has constant bounds to unroll; the
                 // rows still enter in ascending order.
                 for c in 0..R {
-                    let solved = if ASCENDING { c < r } else { c > r };
-                    if solved {
+                    let earlier = if ASCENDING { c < r } else { c > r };
+                    if earlier {
                         let (m, prev) = (_mm512_set1_ps((self.tri)(r, c)), acc[c]);
                         for v in 0..4 {
                             acc[r][v] = _mm512_fnmadd_ps(m, prev[v], acc[r][v]);
