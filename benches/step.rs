@@ -5,7 +5,8 @@
 //! these (same machine, same sitting).
 //!
 //! `cargo bench --bench step [-- --backend flex|ndarray --batch N --width W --max-pool --reps R --only 32|28
-//! --methods simclr-mlp,manifoldclr-mlp --network-width F --layer-times --caller-thread]`.
+//! --methods simclr-mlp,manifoldclr-mlp --network-width F --config FILES --layer-times
+//! --caller-thread]`.
 //! Defaults: both backends, the anchors' batches (128 at 3 x 32 x 32, width 64; 256 at
 //! 1 x 28 x 28, width 32), one timed step after one warm-up. Throughput per image barely
 //! depends on the batch here (the convolutions cost per image), so `--batch` can shorten a
@@ -18,8 +19,14 @@
 //! first thread of rayon's pool (`vlgo_core::threads::pool_on_this_thread`); `--caller-thread`
 //! leaves the main thread outside the pool, to time what that is worth. `--layer-times`
 //! prints, after each method's row, the timed steps' wall time in each layer kernel per shape
-//! (`vlgo_core::layers::timing`), the per-operator view of `torch.profiler`.
+//! (`vlgo_core::layers::timing`), the per-operator view of `torch.profiler`. `--config
+//! configs/a.toml,configs/b.toml` times the model of each run config instead (its method,
+//! network, ManifoldCLR settings, view side and batch; `--batch` still overrides the batch): the
+//! step that `vlgo pretrain` trains with that config, less what the config logs between steps
+//! (the features' spectrum) and with one AdamW over every parameter where the run has a group
+//! per part.
 
+use std::path::Path;
 use std::time::Instant;
 
 use burn::backend::Autodiff;
@@ -27,6 +34,7 @@ use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 
 use manifoldclr::{ContrastiveConfig, ManifoldConfig, Method, TrainBackend};
+use vlgo::pretrain::ImageRunConfig;
 use vlgo_core::layers::timing;
 use vlgo_datasets::fixtures::synthetic;
 use vlgo_datasets::{Augment, AugmentConfig, Normalization};
@@ -38,30 +46,63 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|k| argv.get(k + 1).cloned())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn bench<B: TrainBackend>(
-    label: &str,
-    method: Method,
-    channels: usize,
+/// One timed setting: the model, the views' side and the batch.
+struct Setting {
+    model: ContrastiveConfig,
     side: usize,
-    width: usize,
     batch: usize,
-    reps: usize,
-) {
+    /// Where the model's settings come from (a config file), printed before the setting.
+    source: Option<String>,
+}
+
+impl Setting {
+    /// The benchmark's own setting of `method` (the anchors' networks, ManifoldCLR's settings
+    /// at their defaults).
+    fn synthetic(method: Method, channels: usize, side: usize, width: usize, batch: usize) -> Self {
+        let model = ContrastiveConfig {
+            width,
+            in_channels: channels,
+            max_pool: std::env::args().any(|a| a == "--max-pool"),
+            manifold: ManifoldConfig {
+                network_width: arg("--network-width").map_or(512, |f| {
+                    f.parse().expect("--network-width takes an integer")
+                }),
+                ..ManifoldConfig::default()
+            },
+            ..ContrastiveConfig::new(method)
+        };
+        Self {
+            model,
+            side,
+            batch,
+            source: None,
+        }
+    }
+
+    /// The model, view side and batch of a run config (`configs/*.toml`); `--batch` overrides
+    /// the config's batch.
+    fn from_config(path: &str) -> Self {
+        let run = ImageRunConfig::load(Path::new(path))
+            .and_then(|run| run.validate().map(|()| run))
+            .unwrap_or_else(|e| panic!("--config {path}: {e}"));
+        let batch = arg("--batch").map_or(run.pretrain.batch_size, |b| {
+            b.parse().expect("--batch takes an integer")
+        });
+        Self {
+            model: run.pretrain.model,
+            side: run.image_size,
+            batch,
+            source: Some(path.to_string()),
+        }
+    }
+}
+
+fn bench<B: TrainBackend>(label: &str, setting: &Setting, reps: usize) {
     let device = B::Device::default();
     B::seed(&device, 0);
-    let config = ContrastiveConfig {
-        width,
-        in_channels: channels,
-        max_pool: std::env::args().any(|a| a == "--max-pool"),
-        manifold: ManifoldConfig {
-            network_width: arg("--network-width").map_or(512, |f| {
-                f.parse().expect("--network-width takes an integer")
-            }),
-            ..ManifoldConfig::default()
-        },
-        ..ContrastiveConfig::new(method)
-    };
+    let config = &setting.model;
+    let (method, width, channels) = (config.method, config.width, config.in_channels);
+    let (side, batch) = (setting.side, setting.batch);
     let mut model = config.init::<B>(&device).unwrap();
     let mut optim = AdamWConfig::new().with_epsilon(1e-8).init();
     let set = synthetic(channels, side, side, 10, batch, 1);
@@ -103,7 +144,11 @@ fn bench<B: TrainBackend>(
     }
     let step: f64 = totals.iter().sum();
     println!(
-        "| {label} | {method} | width {width}, {channels}x{side}x{side}, batch {batch} | {:.1} | {:.2} | {:.2} / {:.2} / {:.2} / {:.2} |",
+        "| {label} | {method} | {}width {width}, {channels}x{side}x{side}, batch {batch} | {:.1} | {:.2} | {:.2} / {:.2} / {:.2} / {:.2} |",
+        setting
+            .source
+            .as_ref()
+            .map_or(String::new(), |s| format!("{s}: ")),
         batch as f64 / step,
         step,
         totals[0],
@@ -161,32 +206,36 @@ fn main() {
         "| backend | method | setting | images/s | s/step | data / forward / backward / optimiser, s |"
     );
     println!("|---|---|---|---|---|---|");
-    let methods: Vec<Method> = arg("--methods")
-        .unwrap_or_else(|| "simclr-mlp".into())
-        .split(',')
-        .map(|m| m.parse().expect("--methods takes method names"))
-        .collect();
-    for (channels, side, default_width, default_batch) in [(3, 32, 64, 128), (1, 28, 32, 256)] {
-        if only.as_deref().is_some_and(|o| o != side.to_string()) {
-            continue;
+    let mut settings = Vec::new();
+    if let Some(paths) = arg("--config") {
+        settings.extend(paths.split(',').map(Setting::from_config));
+    } else {
+        let methods: Vec<Method> = arg("--methods")
+            .unwrap_or_else(|| "simclr-mlp".into())
+            .split(',')
+            .map(|m| m.parse().expect("--methods takes method names"))
+            .collect();
+        for (channels, side, default_width, default_batch) in [(3, 32, 64, 128), (1, 28, 32, 256)] {
+            if only.as_deref().is_some_and(|o| o != side.to_string()) {
+                continue;
+            }
+            let batch = arg("--batch").map_or(default_batch, |b| {
+                b.parse().expect("--batch takes an integer")
+            });
+            let width = arg("--width").map_or(default_width, |w| {
+                w.parse().expect("--width takes an integer")
+            });
+            for &method in &methods {
+                settings.push(Setting::synthetic(method, channels, side, width, batch));
+            }
         }
-        let batch = arg("--batch").map_or(default_batch, |b| {
-            b.parse().expect("--batch takes an integer")
-        });
-        let width = arg("--width").map_or(default_width, |w| {
-            w.parse().expect("--width takes an integer")
-        });
-        for &method in &methods {
-            if backend.as_deref().is_none_or(|b| b == "flex") {
-                bench::<Autodiff<burn::backend::Flex>>(
-                    "flex", method, channels, side, width, batch, reps,
-                );
-            }
-            if backend.as_deref().is_none_or(|b| b == "ndarray") {
-                bench::<Autodiff<burn::backend::NdArray>>(
-                    "ndarray", method, channels, side, width, batch, reps,
-                );
-            }
+    }
+    for setting in &settings {
+        if backend.as_deref().is_none_or(|b| b == "flex") {
+            bench::<Autodiff<burn::backend::Flex>>("flex", setting, reps);
+        }
+        if backend.as_deref().is_none_or(|b| b == "ndarray") {
+            bench::<Autodiff<burn::backend::NdArray>>("ndarray", setting, reps);
         }
     }
 }
