@@ -4,8 +4,8 @@
 //! vectorises; they are compiled three times (AVX-512, AVX2 + FMA, portable) and the widest the
 //! CPU has is chosen once at run time, so one binary runs everywhere and uses AVX-512 where it
 //! exists. At n = 64 on AVX-512 the product, the LU factorisation and its solves are written
-//! with intrinsics instead (`avx512_64`): the generic bodies' speed there depended on how the
-//! compiler happened to fold their constants.
+//! with intrinsics instead (`n64`; on AVX2 the product and the solves): the generic bodies'
+//! speed there depended on how the compiler happened to fold their constants.
 //!
 //! The `try_into().unwrap()` calls turn a slice of a fixed-width strip into an array of that
 //! width; the loop bounds give every such slice exactly W (or R, PANEL) entries, so they never
@@ -15,7 +15,7 @@
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
-mod avx512_64;
+mod n64;
 
 /// a * b + c, fused where the instruction set has FMA (the fused form is also more accurate).
 trait Fma {
@@ -1365,10 +1365,16 @@ macro_rules! instantiate {
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, acc: bool) {
                 #[cfg(target_arch = "x86_64")]
-                if $width == 32 && n == 64 {
-                    // SAFETY: only the AVX-512 instantiation (width 32) comes here, and its
-                    // caller has checked that the CPU has AVX-512F.
-                    return unsafe { avx512_64::matmul(a, b, c, acc) };
+                if n == 64 && $width >= 16 {
+                    // SAFETY: only the AVX2 and AVX-512 instantiations come here, and their
+                    // callers have checked that the CPU has the instruction set.
+                    return unsafe {
+                        if $width == 32 {
+                            n64::avx512::matmul(a, b, c, acc)
+                        } else {
+                            n64::avx2::matmul(a, b, c, acc)
+                        }
+                    };
                 }
                 // AVX-512's 32 registers take 8 x 32 tiles (16 accumulators): 64 x 64 is then
                 // whole tiles, and each B strip loaded serves 8 rows instead of 6. Every
@@ -1390,9 +1396,15 @@ macro_rules! instantiate {
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
                 #[cfg(target_arch = "x86_64")]
-                if $width == 32 && n == 64 {
+                if n == 64 && $width >= 16 {
                     // SAFETY: as in `matmul`.
-                    return unsafe { avx512_64::lu_factor(a, l, perm) };
+                    return unsafe {
+                        if $width == 32 {
+                            n64::avx512::lu_factor(a, l, perm)
+                        } else {
+                            n64::avx2::lu_factor(a, l, perm)
+                        }
+                    };
                 }
                 lu_factor_body::<$fma, $rows, $width, true>(a, l, perm, n)
             }
@@ -1406,11 +1418,17 @@ macro_rules! instantiate {
                 n: usize,
             ) {
                 #[cfg(target_arch = "x86_64")]
-                if $width == 32 && n == 64 {
+                if n == 64 && $width >= 16 {
                     // Its blocks are this instantiation's, so that the bits are the same.
-                    const { assert!($width != 32 || $rows == avx512_64::ROWS) };
+                    const { assert!($width < 16 || $rows == n64::ROWS) };
                     // SAFETY: as in `matmul`.
-                    return unsafe { avx512_64::lu_solve(u, l, perm, b, tmp) };
+                    return unsafe {
+                        if $width == 32 {
+                            n64::avx512::lu_solve(u, l, perm, b, tmp)
+                        } else {
+                            n64::avx2::lu_solve(u, l, perm, b, tmp)
+                        }
+                    };
                 }
                 lu_solve_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
             }
@@ -1424,10 +1442,17 @@ macro_rules! instantiate {
                 n: usize,
             ) {
                 #[cfg(target_arch = "x86_64")]
-                if $width == 32 && n == 64 {
-                    const { assert!($width != 32 || $rows == avx512_64::ROWS) };
+                if n == 64 && $width >= 16 {
+                    // Its blocks are this instantiation's, so that the bits are the same.
+                    const { assert!($width < 16 || $rows == n64::ROWS) };
                     // SAFETY: as in `matmul`.
-                    return unsafe { avx512_64::lu_solve_transposed(u, l, perm, b, tmp) };
+                    return unsafe {
+                        if $width == 32 {
+                            n64::avx512::lu_solve_transposed(u, l, perm, b, tmp)
+                        } else {
+                            n64::avx2::lu_solve_transposed(u, l, perm, b, tmp)
+                        }
+                    };
                 }
                 lu_solve_transposed_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
             }
@@ -1694,7 +1719,7 @@ impl Ahead {
 }
 
 /// [`matmul`] that also fetches `ahead`, spread over the product's tiles, where the kernel
-/// does (n = 64 on AVX-512); elsewhere `ahead` is ignored, since fetched in one burst the lines
+/// does (n = 64 on AVX2 and AVX-512); elsewhere `ahead` is ignored, since fetched in one burst the lines
 /// cost more than they saved (`docs/expm.md`).
 pub(crate) fn matmul_ahead(
     a: &[f32],
@@ -1705,9 +1730,14 @@ pub(crate) fn matmul_ahead(
     ahead: Ahead,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if n == 64 && isa() == Isa::Avx512 {
-        // SAFETY: `isa()` reported AVX-512F; the kernel checks the lengths.
-        return unsafe { avx512_64::matmul_ahead(a, b, c, accumulate, ahead) };
+    if n == 64 {
+        match isa() {
+            // SAFETY: `isa()` reported the instruction set; the kernel checks the lengths.
+            Isa::Avx512 => return unsafe { n64::avx512::matmul_ahead(a, b, c, accumulate, ahead) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { n64::avx2::matmul_ahead(a, b, c, accumulate, ahead) },
+            Isa::Portable => {}
+        }
     }
     let _ = ahead;
     matmul(a, b, c, n, accumulate);
@@ -2241,26 +2271,34 @@ mod tests {
         }
     }
 
-    /// The 64 x 64 factorisation in intrinsics (`avx512_64`) gives the generic blocked body's
-    /// factors to the bit: the same pivots, multipliers and U, on matrices that exchange rows,
-    /// tie in magnitude, hold a NaN or an infinity below the first pivot, or are singular (whose
-    /// NaNs are compared as NaN).
+    /// The 64 x 64 factorisation in intrinsics (`n64`, on AVX2 and AVX-512) gives the generic
+    /// blocked body's factors to the bit: the same pivots, multipliers and U, on matrices that
+    /// exchange rows, tie in magnitude, hold a NaN or an infinity below the first pivot, or are
+    /// singular (whose NaNs are compared as NaN).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn factorisation_of_64_in_intrinsics_matches_the_generic_body_to_the_bit() {
-        if isa() != Isa::Avx512 {
-            eprintln!("skipped: this CPU has no AVX-512");
+        type Factor = unsafe fn(&mut [f32], &mut [f32], &mut [usize], usize);
+        let mut sets: Vec<(&str, Factor)> = Vec::new();
+        if matches!(isa(), Isa::Avx2 | Isa::Avx512) {
+            sets.push(("avx2", avx2::lu_factor));
+        }
+        if isa() == Isa::Avx512 {
+            sets.push(("avx512", avx512::lu_factor));
+        }
+        if sets.is_empty() {
+            eprintln!("skipped: this CPU has neither AVX2 nor AVX-512");
             return;
         }
         const N: usize = 64;
-        fn factors(a: &[f32], fast: bool) -> (Vec<u32>, Vec<usize>) {
+        fn factors(a: &[f32], fast: Option<Factor>) -> (Vec<u32>, Vec<usize>) {
             let (mut u, mut l, mut perm) = (a.to_vec(), vec![0.0; N * N], vec![0; N]);
-            // SAFETY: the CPU has AVX-512F (checked by the caller); every buffer is N x N.
+            // SAFETY: the CPU has the set's features (checked by the caller); every buffer is
+            // N x N.
             unsafe {
-                if fast {
-                    avx512::lu_factor(&mut u, &mut l, &mut perm, N);
-                } else {
-                    lu_factor_body::<Fused, 6, 32, true>(&mut u, &mut l, &mut perm, N);
+                match fast {
+                    Some(factor) => factor(&mut u, &mut l, &mut perm, N),
+                    None => lu_factor_body::<Fused, 6, 32, true>(&mut u, &mut l, &mut perm, N),
                 }
             }
             (factor_bits(&u, &l, N), perm)
@@ -2278,14 +2316,19 @@ mod tests {
         for i in 0..N {
             singular[i * N + 5] = 0.0;
         }
-        for (what, a) in [
+        let matrices = [
             ("spread", &spread),
             ("ties", &ties),
             ("NaN", &with_nan),
             ("infinity", &with_inf),
             ("singular", &singular),
-        ] {
-            let (fast, generic) = (factors(a, true), factors(a, false));
+        ];
+        for ((what, a), (set, factor)) in matrices
+            .into_iter()
+            .flat_map(|m| sets.iter().map(move |&s| (m, s)))
+        {
+            let what = format!("{set}, {what}");
+            let (fast, generic) = (factors(a, Some(factor)), factors(a, None));
             assert_ne!(
                 generic.1,
                 (0..N).collect::<Vec<_>>(),
@@ -2304,7 +2347,7 @@ mod tests {
                 .zip(&generic.0)
                 .position(|(&f, &g)| !same(f, g));
             assert_eq!(first, None, "{what}: first entry that differs");
-            if what == "singular" {
+            if what.ends_with("singular") {
                 assert!(
                     fast.0.iter().any(|&f| f32::from_bits(f).is_nan()),
                     "no NaN in {what}"
@@ -2313,15 +2356,33 @@ mod tests {
         }
     }
 
-    /// The 64 x 64 solves in intrinsics (`avx512_64`) give the generic AVX-512 bodies' bits
-    /// (6-row blocks, 32-wide strips), on a factorisation with row exchanges and right-hand sides
-    /// whose magnitudes span many binades; `tmp` starts as NaN, so a read of a row not yet
-    /// solved would show.
+    /// The 64 x 64 solves in intrinsics (`n64`) give the generic bodies' bits on AVX2 (6-row
+    /// blocks, 16-wide strips) and AVX-512 (6-row blocks, 32-wide strips), on a factorisation
+    /// with row exchanges and right-hand sides whose magnitudes span many binades; `tmp` starts
+    /// as NaN, so a read of a row not yet solved would show.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn solves_of_64_in_intrinsics_match_the_generic_bodies_to_the_bit() {
-        if isa() != Isa::Avx512 {
-            eprintln!("skipped: this CPU has no AVX-512");
+        type Solve = unsafe fn(&[f32], &[f32], &[usize], &mut [f32], &mut [f32], usize);
+        // Per instruction set: the dispatched pair (the intrinsics at n = 64) and the generic
+        // bodies with that set's blocks, compiled for it.
+        let mut sets: Vec<(&str, [Solve; 2], [Solve; 2])> = Vec::new();
+        if matches!(isa(), Isa::Avx2 | Isa::Avx512) {
+            sets.push((
+                "avx2",
+                [avx2::lu_solve, avx2::lu_solve_transposed],
+                [generic::avx2_solve, generic::avx2_solve_transposed],
+            ));
+        }
+        if isa() == Isa::Avx512 {
+            sets.push((
+                "avx512",
+                [avx512::lu_solve, avx512::lu_solve_transposed],
+                [generic::avx512_solve, generic::avx512_solve_transposed],
+            ));
+        }
+        if sets.is_empty() {
+            eprintln!("skipped: this CPU has neither AVX2 nor AVX-512");
             return;
         }
         const N: usize = 64;
@@ -2332,8 +2393,7 @@ mod tests {
             a[i * N + i] = 0.0;
         }
         let (mut u, mut l, mut perm) = (a.clone(), vec![0.0; N * N], vec![0; N]);
-        // SAFETY: the CPU has AVX-512F (checked above); every buffer is N x N.
-        unsafe { avx512::lu_factor(&mut u, &mut l, &mut perm, N) };
+        lu_factor(&mut u, &mut l, &mut perm, N);
         assert_ne!(perm, (0..N).collect::<Vec<_>>(), "no row exchanged");
         // Unit diagonal entries in U at a few rows, where the generic body skips the scaling and
         // the intrinsics multiply by 1 (which changes no value).
@@ -2341,32 +2401,68 @@ mod tests {
             u[i * N + i] = 1.0;
         }
         let b: Vec<f32> = (0..N * N).map(|k| value(k, 2)).collect();
-        let run = |fast: bool, transposed: bool| {
+        let run = |solve: Solve| {
             let (mut x, mut tmp) = (b.clone(), vec![f32::NAN; N * N]);
-            // SAFETY: as above.
-            unsafe {
-                match (fast, transposed) {
-                    (true, false) => avx512::lu_solve(&u, &l, &perm, &mut x, &mut tmp, N),
-                    (true, true) => avx512::lu_solve_transposed(&u, &l, &perm, &mut x, &mut tmp, N),
-                    (false, false) => lu_solve_body::<Fused, { avx512_64::ROWS }, 32>(
-                        &u, &l, &perm, &mut x, &mut tmp, N,
-                    ),
-                    (false, true) => lu_solve_transposed_body::<Fused, { avx512_64::ROWS }, 32>(
-                        &u, &l, &perm, &mut x, &mut tmp, N,
-                    ),
-                }
-            }
+            // SAFETY: the CPU has the set's features (checked above); every buffer is N x N.
+            unsafe { solve(&u, &l, &perm, &mut x, &mut tmp, N) };
             x.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
         };
-        for transposed in [false, true] {
-            let (fast, generic) = (run(true, transposed), run(false, transposed));
-            assert!(generic.iter().all(|&v| f32::from_bits(v).is_finite()));
-            let first = fast.iter().zip(&generic).position(|(f, g)| f != g);
-            assert_eq!(
-                first, None,
-                "transposed {transposed}: first entry that differs"
-            );
+        for (name, fast, generic) in sets {
+            for (t, (&fast, &generic)) in fast.iter().zip(&generic).enumerate() {
+                let (fast, generic) = (run(fast), run(generic));
+                assert!(generic.iter().all(|&v| f32::from_bits(v).is_finite()));
+                let first = fast.iter().zip(&generic).position(|(f, g)| f != g);
+                assert_eq!(
+                    first,
+                    None,
+                    "{name}, transposed {}: first entry that differs",
+                    t == 1
+                );
+            }
         }
+    }
+
+    /// The generic solve bodies with the blocks of the AVX2 and AVX-512 instantiations, compiled
+    /// for those sets, for comparison with what the instantiations dispatch to at n = 64.
+    #[cfg(target_arch = "x86_64")]
+    mod generic {
+        use super::super::*;
+
+        macro_rules! bodies {
+            ($solve:ident, $transposed:ident, $width:literal, $($feature:literal),+) => {
+                $(#[target_feature(enable = $feature)])+
+                pub(super) unsafe fn $solve(
+                    u: &[f32],
+                    l: &[f32],
+                    perm: &[usize],
+                    b: &mut [f32],
+                    tmp: &mut [f32],
+                    n: usize,
+                ) {
+                    lu_solve_body::<Fused, { n64::ROWS }, $width>(u, l, perm, b, tmp, n)
+                }
+                $(#[target_feature(enable = $feature)])+
+                pub(super) unsafe fn $transposed(
+                    u: &[f32],
+                    l: &[f32],
+                    perm: &[usize],
+                    b: &mut [f32],
+                    tmp: &mut [f32],
+                    n: usize,
+                ) {
+                    lu_solve_transposed_body::<Fused, { n64::ROWS }, $width>(u, l, perm, b, tmp, n)
+                }
+            };
+        }
+        bodies!(avx2_solve, avx2_solve_transposed, 16, "avx2", "fma");
+        bodies!(
+            avx512_solve,
+            avx512_solve_transposed,
+            32,
+            "avx512f",
+            "avx2",
+            "fma"
+        );
     }
 
     #[test]
