@@ -1396,15 +1396,9 @@ macro_rules! instantiate {
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
                 #[cfg(target_arch = "x86_64")]
-                if n == 64 && $width >= 16 {
+                if $width == 32 && n == 64 {
                     // SAFETY: as in `matmul`.
-                    return unsafe {
-                        if $width == 32 {
-                            n64::avx512::lu_factor(a, l, perm)
-                        } else {
-                            n64::avx2::lu_factor(a, l, perm)
-                        }
-                    };
+                    return unsafe { n64::avx512::lu_factor(a, l, perm) };
                 }
                 lu_factor_body::<$fma, $rows, $width, true>(a, l, perm, n)
             }
@@ -2271,25 +2265,19 @@ mod tests {
         }
     }
 
-    /// The 64 x 64 factorisation in intrinsics (`n64`, on AVX2 and AVX-512) gives the generic
-    /// blocked body's factors to the bit: the same pivots, multipliers and U, on matrices that
-    /// exchange rows, tie in magnitude, hold a NaN or an infinity below the first pivot, or are
-    /// singular (whose NaNs are compared as NaN).
+    /// The 64 x 64 factorisation in intrinsics (`n64`, on AVX-512) gives the generic blocked
+    /// body's factors to the bit: the same pivots, multipliers and U, on matrices that exchange
+    /// rows, tie in magnitude, hold a NaN or an infinity below the first pivot, or are singular
+    /// (whose NaNs are compared as NaN).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn factorisation_of_64_in_intrinsics_matches_the_generic_body_to_the_bit() {
         type Factor = unsafe fn(&mut [f32], &mut [f32], &mut [usize], usize);
-        let mut sets: Vec<(&str, Factor)> = Vec::new();
-        if matches!(isa(), Isa::Avx2 | Isa::Avx512) {
-            sets.push(("avx2", avx2::lu_factor));
-        }
-        if isa() == Isa::Avx512 {
-            sets.push(("avx512", avx512::lu_factor));
-        }
-        if sets.is_empty() {
-            eprintln!("skipped: this CPU has neither AVX2 nor AVX-512");
+        if isa() != Isa::Avx512 {
+            eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
+        let sets: [(&str, Factor); 1] = [("avx512", avx512::lu_factor)];
         const N: usize = 64;
         fn factors(a: &[f32], fast: Option<Factor>) -> (Vec<u32>, Vec<usize>) {
             let (mut u, mut l, mut perm) = (a.to_vec(), vec![0.0; N * N], vec![0; N]);
