@@ -1358,24 +1358,32 @@ fn shifted_gram_body<F: Fma, const R: usize, const W: usize>(
     }
 }
 
+/// Returns from an instantiation's kernel through `n64`'s intrinsics where n = 64 and the
+/// instruction set has them (AVX2 and AVX-512: widths 16 and 32).
+macro_rules! at_64 {
+    ($n:expr, $width:literal, $f:ident($($arg:expr),*)) => {
+        #[cfg(target_arch = "x86_64")]
+        if $n == 64 && $width >= 16 {
+            // SAFETY: only the AVX2 and AVX-512 instantiations come here, and their callers
+            // have checked that the CPU has the instruction set.
+            return unsafe {
+                if $width == 32 {
+                    n64::avx512::$f($($arg),*)
+                } else {
+                    n64::avx2::$f($($arg),*)
+                }
+            };
+        }
+    };
+}
+
 macro_rules! instantiate {
     ($name:ident, $fma:ty, $rows:literal, $width:literal, $($feature:literal),*) => {
         mod $name {
             use super::*;
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, acc: bool) {
-                #[cfg(target_arch = "x86_64")]
-                if n == 64 && $width >= 16 {
-                    // SAFETY: only the AVX2 and AVX-512 instantiations come here, and their
-                    // callers have checked that the CPU has the instruction set.
-                    return unsafe {
-                        if $width == 32 {
-                            n64::avx512::matmul(a, b, c, acc)
-                        } else {
-                            n64::avx2::matmul(a, b, c, acc)
-                        }
-                    };
-                }
+                at_64!(n, $width, matmul(a, b, c, acc));
                 // AVX-512's 32 registers take 8 x 32 tiles (16 accumulators): 64 x 64 is then
                 // whole tiles, and each B strip loaded serves 8 rows instead of 6. Every
                 // entry's sum runs over k in order whatever the tile, so the bits do not
@@ -1397,7 +1405,8 @@ macro_rules! instantiate {
             pub unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize], n: usize) {
                 #[cfg(target_arch = "x86_64")]
                 if $width == 32 && n == 64 {
-                    // SAFETY: as in `matmul`.
+                    // SAFETY: only the AVX-512 instantiation comes here, and its callers have
+                    // checked that the CPU has AVX-512F.
                     return unsafe { n64::avx512::lu_factor(a, l, perm) };
                 }
                 lu_factor_body::<$fma, $rows, $width, true>(a, l, perm, n)
@@ -1411,19 +1420,10 @@ macro_rules! instantiate {
                 tmp: &mut [f32],
                 n: usize,
             ) {
+                // Its blocks are this instantiation's, so that the bits are the same.
                 #[cfg(target_arch = "x86_64")]
-                if n == 64 && $width >= 16 {
-                    // Its blocks are this instantiation's, so that the bits are the same.
-                    const { assert!($width < 16 || $rows == n64::ROWS) };
-                    // SAFETY: as in `matmul`.
-                    return unsafe {
-                        if $width == 32 {
-                            n64::avx512::lu_solve(u, l, perm, b, tmp)
-                        } else {
-                            n64::avx2::lu_solve(u, l, perm, b, tmp)
-                        }
-                    };
-                }
+                const { assert!($width < 16 || $rows == n64::ROWS) };
+                at_64!(n, $width, lu_solve(u, l, perm, b, tmp));
                 lu_solve_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*
@@ -1436,18 +1436,8 @@ macro_rules! instantiate {
                 n: usize,
             ) {
                 #[cfg(target_arch = "x86_64")]
-                if n == 64 && $width >= 16 {
-                    // Its blocks are this instantiation's, so that the bits are the same.
-                    const { assert!($width < 16 || $rows == n64::ROWS) };
-                    // SAFETY: as in `matmul`.
-                    return unsafe {
-                        if $width == 32 {
-                            n64::avx512::lu_solve_transposed(u, l, perm, b, tmp)
-                        } else {
-                            n64::avx2::lu_solve_transposed(u, l, perm, b, tmp)
-                        }
-                    };
-                }
+                const { assert!($width < 16 || $rows == n64::ROWS) };
+                at_64!(n, $width, lu_solve_transposed(u, l, perm, b, tmp));
                 lu_solve_transposed_body::<$fma, $rows, $width>(u, l, perm, b, tmp, n)
             }
             $(#[target_feature(enable = $feature)])*

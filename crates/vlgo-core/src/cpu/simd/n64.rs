@@ -48,83 +48,73 @@ trait Lanes: Copy {
     unsafe fn mul(a: Self, b: Self) -> Self;
 }
 
-impl Lanes for __m512 {
-    const LANES: usize = 16;
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, x: Self) {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm512_storeu_ps(p, x) }
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm512_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm512_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm512_fnmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: Self, b: Self) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm512_mul_ps(a, b) }
-    }
+/// `Lanes` for a vector type through its instruction set's intrinsics.
+macro_rules! lanes {
+    ($v:ty, $lanes:literal, $load:ident, $store:ident, $splat:ident, $zero:ident, $fmadd:ident,
+     $fnmadd:ident, $mul:ident) => {
+        impl Lanes for $v {
+            const LANES: usize = $lanes;
+            #[inline(always)]
+            unsafe fn load(p: *const f32) -> Self {
+                // SAFETY: the trait's conditions.
+                unsafe { $load(p) }
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut f32, x: Self) {
+                // SAFETY: the trait's conditions.
+                unsafe { $store(p, x) }
+            }
+            #[inline(always)]
+            unsafe fn splat(x: f32) -> Self {
+                // SAFETY: the trait's conditions.
+                unsafe { $splat(x) }
+            }
+            #[inline(always)]
+            unsafe fn zero() -> Self {
+                // SAFETY: the trait's conditions.
+                unsafe { $zero() }
+            }
+            #[inline(always)]
+            unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+                // SAFETY: the trait's conditions.
+                unsafe { $fmadd(a, b, c) }
+            }
+            #[inline(always)]
+            unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
+                // SAFETY: the trait's conditions.
+                unsafe { $fnmadd(a, b, c) }
+            }
+            #[inline(always)]
+            unsafe fn mul(a: Self, b: Self) -> Self {
+                // SAFETY: the trait's conditions.
+                unsafe { $mul(a, b) }
+            }
+        }
+    };
 }
 
-impl Lanes for __m256 {
-    const LANES: usize = 8;
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, x: Self) {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm256_storeu_ps(p, x) }
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm256_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm256_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm256_fnmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: Self, b: Self) -> Self {
-        // SAFETY: the trait's conditions.
-        unsafe { _mm256_mul_ps(a, b) }
-    }
-}
+lanes!(
+    __m512,
+    16,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_setzero_ps,
+    _mm512_fmadd_ps,
+    _mm512_fnmadd_ps,
+    _mm512_mul_ps
+);
+lanes!(
+    __m256,
+    8,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_setzero_ps,
+    _mm256_fmadd_ps,
+    _mm256_fnmadd_ps,
+    _mm256_mul_ps
+);
 
 /// The entry points of one instruction set: its vector type, the product's tiles of
 /// `rows` rows by 2 vectors (accumulators in registers beside one strip of B and a broadcast:
