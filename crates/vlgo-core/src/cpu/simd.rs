@@ -1384,11 +1384,10 @@ macro_rules! instantiate {
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize, acc: bool) {
                 at_64!(n, $width, matmul(a, b, c, acc));
-                // AVX-512's 32 registers take 8 x 32 tiles (16 accumulators): 64 x 64 is then
-                // whole tiles, and each B strip loaded serves 8 rows instead of 6. Every
-                // entry's sum runs over k in order whatever the tile, so the bits do not
-                // change; the factorisation and the solves keep the instruction set's row
-                // blocks.
+                // AVX-512's 32 registers take 8 x 32 tiles (16 accumulators): each B strip
+                // loaded serves 8 rows instead of 6. Every entry's sum runs over k in order
+                // whatever the tile, so the bits do not change; the factorisation and the
+                // solves keep the instruction set's row blocks.
                 matmul_body::<$fma, { if $width == 32 { 8 } else { $rows } }, $width>(
                     a, b, c, n, acc,
                 )
@@ -1703,8 +1702,8 @@ impl Ahead {
 }
 
 /// [`matmul`] that also fetches `ahead`, spread over the product's tiles, where the kernel
-/// does (n = 64 on AVX2 and AVX-512); elsewhere `ahead` is ignored, since fetched in one burst the lines
-/// cost more than they saved (`docs/expm.md`).
+/// does (n = 64 on AVX2 and AVX-512); elsewhere `ahead` is ignored, since fetched in one burst
+/// the lines cost more than they saved (`docs/expm.md`).
 pub(crate) fn matmul_ahead(
     a: &[f32],
     b: &[f32],

@@ -31,9 +31,10 @@ const N: usize = 64;
 ///
 /// # Safety
 ///
-/// Each method is an intrinsic of its instruction set: call it only from code compiled with
-/// that set enabled (the `#[target_feature]` entry points below), with pointers to `LANES`
-/// readable (for `store`, writable) f32.
+/// Each method is an intrinsic of its instruction set: call it only on a CPU that has the set,
+/// from code inlined into a function compiled with it enabled (the `#[target_feature]` entry
+/// points below; elsewhere the intrinsics stay calls), with pointers to `LANES` readable (for
+/// `store`, writable) f32.
 trait Lanes: Copy {
     /// f32 per vector.
     const LANES: usize;
@@ -219,9 +220,9 @@ unsafe fn product<V: Lanes, const R: usize, const S: usize>(
     // The row blocks are then R-row ones and at most one of 4 (`product_tile` below).
     const { assert!(N.is_multiple_of(R) || N % R == 4) };
     let width = S * V::LANES;
-    // A share at the start of each tile (on AVX-512, a sixteenth: 11 lines in the forward at
-    // ||A||_1 ~ 1.6, whose Padé-5 scheme has three products to share the 512 lines of the next
-    // matrix and output part). Spread finer, a few lines every 8 steps of k, measured slower;
+    // A share at the start of each tile (a sixteenth on AVX-512, a 44th on AVX2: 11 or 4 lines
+    // in the forward at ||A||_1 ~ 1.6, whose Padé-5 scheme has three products to share the 512
+    // lines of the next matrix and output part). Spread finer, a few lines every 8 steps of k, measured slower;
     // the whole share in one burst before one of the scheme's steps, slower still
     // (`docs/expm.md`).
     let tiles = super::row_blocks::<R>(N).count() * (N / width);
