@@ -804,8 +804,9 @@ mod tests {
                 width: 3,
                 ..winograd_shape()
             },
-            // The per-position path (`conv_positions`): a 2 x 2 output map, a stride-2 2 x 2
-            // one, and one whose positions but the last see only padding.
+            // The per-position path (`conv_positions`): a 2 x 2 output map whose positions
+            // but the last see only padding, a 2 x 2 "same" one (every position sees every
+            // pixel: the one-product form) and a stride-2 2 x 2 one.
             ConvShape {
                 batch: 64,
                 height: 2,
@@ -878,9 +879,14 @@ mod tests {
             stride: [2, 2],
             ..s
         }));
-        for s in &shapes()[shapes().len() - 3..] {
+        let positions = &shapes()[shapes().len() - 3..];
+        for s in positions {
             assert!(conv_positions::applies(s), "{s:?}");
         }
+        // The 2 x 2 "same" map takes the one-product form, the others the products per
+        // position.
+        let whole: Vec<bool> = positions.iter().map(conv_positions::whole).collect();
+        assert_eq!(whole, [false, true, false]);
         let g = Grid::group(&s);
         assert!(s.batch > g && !s.batch.is_multiple_of(g), "group {g}");
         let s = phase_shape();
@@ -1021,12 +1027,13 @@ mod tests {
 
     #[test]
     fn weight_gradient_does_not_depend_on_the_thread_count() {
-        let positions = shapes()[shapes().len() - 2];
+        let (whole, positions) = (shapes()[shapes().len() - 2], shapes()[shapes().len() - 1]);
         for s in [
             shapes()[4],
             grid_shape(),
             phase_shape(),
             winograd_shape(),
+            whole,
             positions,
         ] {
             let x = values(s.batch * s.image_in(), 8);
