@@ -525,7 +525,14 @@ impl<B: ExpmBackend> LieOperators<B> {
     ) -> VlgoResult<Tensor<B, 2>> {
         config.validate()?;
         self.check_features("LieOperators::transport", &c, &z)?;
+        let psi = self.psi.val();
+        // Where the backend forms each generator in cache (the CPU backends), the R S
+        // generators are never written out: megabytes at a training batch.
+        let generated = B::has_generated_kernel(psi.dtype(), &psi.shape());
         let moved = match method {
+            TransportMethod::Expmv if generated => {
+                expmv_generated(c, psi, self.block_vectors(&z), config)?
+            }
             TransportMethod::Expmv => {
                 let (a, v) = self.block_problems(c, &z)?;
                 expmv_with(a, v, config)?
@@ -536,9 +543,7 @@ impl<B: ExpmBackend> LieOperators<B> {
                     .matmul(v.unsqueeze_dim::<3>(2))
                     .squeeze_dim::<2>(2)
             }
-            TransportMethod::Generated => {
-                expmv_generated(c, self.psi.val(), self.block_vectors(&z), config)?
-            }
+            TransportMethod::Generated => expmv_generated(c, psi, self.block_vectors(&z), config)?,
         };
         Ok(self.reassemble(moved, z))
     }

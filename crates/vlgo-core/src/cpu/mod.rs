@@ -331,6 +331,76 @@ pub(crate) fn expmv_backward_batch<B: Host>(
     (B::make(abar, &adims), B::make(vbar, &vdims))
 }
 
+/// The blocks of generator block k: psi [M, S, n, n] as M slices of n x n.
+fn blocks_of(psi: &[f32], m: usize, s: usize, n: usize, k: usize) -> Vec<&[f32]> {
+    let nn = n * n;
+    (0..m)
+        .map(|i| &psi[(i * s + k) * nn..(i * s + k + 1) * nn])
+        .collect()
+}
+
+/// exp(A_p) v_p for the generators A_p = sum_m c[r, m] psi[m, k] of the problems p = r S + k
+/// (c [R, M], psi [M, S, n, n], v [R S, n]), each formed in the cache of the thread that solves
+/// it, with each problem's route for the backward.
+pub(crate) fn expmv_generated_batch<B: Host>(
+    c: FloatTensor<B>,
+    psi: FloatTensor<B>,
+    v: FloatTensor<B>,
+    config: &ExpmvConfig,
+) -> (FloatTensor<B>, Vec<KernelRecord>) {
+    let vdims = v.shape().dims::<2>();
+    let [m, s, n, _] = psi.shape().dims::<4>();
+    let (c, psi, v) = (B::read(&c), B::read(&psi), B::read(&v));
+    let mut y = output(v.len());
+    let mut records = vec![KernelRecord::default(); vdims[0]];
+    if n > 0 && s > 0 {
+        let blocks: Vec<Vec<&[f32]>> = (0..s).map(|k| blocks_of(&psi, m, s, n, k)).collect();
+        let items = y
+            .par_chunks_mut(n)
+            .zip(records.par_iter_mut())
+            .zip(v.par_chunks(n))
+            .enumerate();
+        for_each_matrix(items, n, |ws, (p, ((y, r), v))| {
+            let coefficients = &c[p / s * m..(p / s + 1) * m];
+            *r = expmv::generated_forward(coefficients, &blocks[p % s], v, y, n, config, ws)
+        });
+    }
+    (B::make(y, &vdims), records)
+}
+
+/// The adjoints (A_bar [R S, n, n], v_bar) of [`expmv_generated_batch`] given the adjoint of its
+/// output: each generator formed again in cache (never read from memory).
+pub(crate) fn expmv_generated_backward_batch<B: Host>(
+    c: FloatTensor<B>,
+    psi: FloatTensor<B>,
+    v: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    config: &ExpmvConfig,
+    records: &[KernelRecord],
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let vdims = v.shape().dims::<2>();
+    let [m, s, n, _] = psi.shape().dims::<4>();
+    let grad = in_f32::<B>(grad);
+    let (c, psi, v, g) = (B::read(&c), B::read(&psi), B::read(&v), B::read(&grad));
+    let mut vbar = output(v.len());
+    let (abar, ()) = output_in_parts(vdims[0] * n * n, n * n, |parts| {
+        if n > 0 && s > 0 {
+            let blocks: Vec<Vec<&[f32]>> = (0..s).map(|k| blocks_of(&psi, m, s, n, k)).collect();
+            let items = parts
+                .zip(vbar.par_chunks_mut(n))
+                .zip(v.par_chunks(n).zip(g.par_chunks(n)))
+                .enumerate();
+            for_each_matrix(items, n, |ws, (p, ((ab, vb), (v, g)))| {
+                let coefficients = &c[p / s * m..(p / s + 1) * m];
+                let psi = &blocks[p % s];
+                let record = records.get(p);
+                expmv::generated_backward(coefficients, psi, v, g, ab, vb, n, config, record, ws)
+            });
+        }
+    });
+    (B::make(abar, &[vdims[0], n, n]), B::make(vbar, &vdims))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

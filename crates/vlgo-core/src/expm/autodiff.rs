@@ -9,6 +9,7 @@ use burn::backend::autodiff::{
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
+use burn::tensor::TensorMetadata;
 use burn::tensor::ops::FloatTensor;
 
 use burn::tensor::backend::AutodiffBackend;
@@ -63,6 +64,34 @@ impl<B: ExpmKernels> Backward<B, 2> for ExpmvBackward {
     }
 }
 
+#[derive(Debug)]
+struct GeneratedBackward;
+
+/// What the node of exp(A_p) v_p with generated A_p keeps: its inputs and the forward's
+/// checkpoints (the generators are formed again in the backward, not kept).
+#[derive(Debug, Clone)]
+struct GeneratedState<B: ExpmKernels> {
+    c: FloatTensor<B>,
+    psi: FloatTensor<B>,
+    v: FloatTensor<B>,
+    saved: ExpmvCheckpoints<B>,
+}
+
+impl<B: ExpmKernels> Backward<B, 3> for GeneratedBackward {
+    type State = GeneratedState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let GeneratedState { c, psi, v, saved } = ops.state;
+        let adjoints = B::expmv_generated_backward(c, psi, v, grad, &saved);
+        for (node, adjoint) in ops.parents.into_iter().zip(adjoints) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, adjoint);
+            }
+        }
+    }
+}
+
 // The backward methods keep their tensor-op defaults here: on `Autodiff` they are themselves
 // recorded, which is what a second-order gradient would need.
 impl<B: ExpmKernels, C: CheckpointStrategy> ExpmKernels for Autodiff<B, C> {
@@ -80,19 +109,55 @@ impl<B: ExpmKernels, C: CheckpointStrategy> ExpmKernels for Autodiff<B, C> {
         }
     }
 
+    fn has_generated_kernel(dtype: burn::tensor::DType, psi: &burn::tensor::Shape) -> bool {
+        B::has_generated_kernel(dtype, psi)
+    }
+
     /// Forms the generators inside the inner backend's kernel when no input is tracked (best-of-J
-    /// candidates, sampling); with a gradient to take, the matmul and `expmv` are recorded.
+    /// candidates, sampling). With a gradient to take, one node for the whole product where the
+    /// inner backend has a kernel for it (the CPU backends: each generator formed where it is
+    /// used, in the forward and again in the backward); elsewhere the matmul and `expmv` are
+    /// recorded.
     fn expmv_generated(
         c: FloatTensor<Self>,
         psi: FloatTensor<Self>,
         v: FloatTensor<Self>,
         config: ExpmvConfig,
     ) -> FloatTensor<Self> {
-        if c.is_tracked() || psi.is_tracked() || v.is_tracked() {
-            expmv_generated_by_ops::<Self>(c, psi, v, config)
-        } else {
+        if !(c.is_tracked() || psi.is_tracked() || v.is_tracked()) {
             let y = B::expmv_generated(c.primitive, psi.primitive, v.primitive, config);
-            <Self as AutodiffBackend>::from_inner(y)
+            return <Self as AutodiffBackend>::from_inner(y);
+        }
+        if !B::has_generated_kernel(psi.primitive.dtype(), &psi.primitive.shape()) {
+            return expmv_generated_by_ops::<Self>(c, psi, v, config);
+        }
+        let parents = [c.node.clone(), psi.node.clone(), v.node.clone()];
+        match GeneratedBackward
+            .prepare::<C>(parents)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (y, saved) = B::expmv_generated_checkpointed(
+                    c.primitive.clone(),
+                    psi.primitive.clone(),
+                    v.primitive.clone(),
+                    config,
+                );
+                let state = GeneratedState {
+                    c: c.primitive,
+                    psi: psi.primitive,
+                    v: v.primitive,
+                    saved,
+                };
+                prep.finish(state, y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::expmv_generated(
+                c.primitive,
+                psi.primitive,
+                v.primitive,
+                config,
+            )),
         }
     }
 

@@ -21,6 +21,35 @@ pub(super) fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor
     t.into_primitive().tensor()
 }
 
+/// The generators A_p = sum_m c[r, m] psi[m, k] of the problems p = r S + k, [R S, n, n], by one
+/// matmul (c [R, M], psi [M, S, n, n]).
+fn generators<B: Backend>(c: FloatTensor<B>, psi: FloatTensor<B>) -> FloatTensor<B> {
+    let (c, psi): (Tensor<B, 2>, Tensor<B, 4>) = (wrap(c), wrap(psi));
+    let [m, s, n, _] = psi.dims();
+    let rows = c.dims()[0];
+    unwrap(
+        c.matmul(psi.reshape([m, s * n * n]))
+            .reshape([rows * s, n, n]),
+    )
+}
+
+/// The adjoints of c and psi given the adjoint `abar` [R S, n, n] of their [`generators`]: the
+/// matmul's two adjoint products.
+fn generator_adjoints<B: Backend>(
+    c: FloatTensor<B>,
+    psi: FloatTensor<B>,
+    abar: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (c, psi, abar): (Tensor<B, 2>, Tensor<B, 4>, Tensor<B, 3>) =
+        (wrap(c), wrap(psi), wrap(abar));
+    let [m, s, n, _] = psi.dims();
+    let rows = c.dims()[0];
+    let abar = abar.reshape([rows, s * n * n]);
+    let cbar = abar.clone().matmul(psi.reshape([m, s * n * n]).transpose());
+    let psibar = c.transpose().matmul(abar).reshape([m, s, n, n]);
+    (unwrap(cbar), unwrap(psibar))
+}
+
 /// exp(A_p) v_p by forming the generators with a matmul (the default of
 /// [`ExpmKernels::expmv_generated`] and the fallback of [`ExpmBackend::expmv_generated`]).
 pub(crate) fn expmv_generated_by_ops<B: super::ExpmBackend>(
@@ -29,13 +58,32 @@ pub(crate) fn expmv_generated_by_ops<B: super::ExpmBackend>(
     v: FloatTensor<B>,
     config: ExpmvConfig,
 ) -> FloatTensor<B> {
-    let (c, psi): (Tensor<B, 2>, Tensor<B, 4>) = (wrap(c), wrap(psi));
-    let [m, s, n, _] = psi.dims();
-    let rows = c.dims()[0];
-    let a = c
-        .matmul(psi.reshape([m, s * n * n]))
-        .reshape([rows * s, n, n]);
-    <B as super::ExpmBackend>::expmv(unwrap(a), v, config)
+    <B as super::ExpmBackend>::expmv(generators::<B>(c, psi), v, config)
+}
+
+/// [`ExpmKernels::expmv_generated_checkpointed`] by forming the generators with a matmul.
+fn generated_checkpointed_by_ops<B: ExpmKernels>(
+    c: FloatTensor<B>,
+    psi: FloatTensor<B>,
+    v: FloatTensor<B>,
+    config: ExpmvConfig,
+) -> (FloatTensor<B>, ExpmvCheckpoints<B>) {
+    let (y, saved) = B::expmv_checkpointed(generators::<B>(c, psi), v, config);
+    (unwrap(y), saved)
+}
+
+/// [`ExpmKernels::expmv_generated_backward`] by forming the generators with a matmul.
+fn generated_backward_by_ops<B: ExpmKernels>(
+    c: FloatTensor<B>,
+    psi: FloatTensor<B>,
+    v: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    saved: &ExpmvCheckpoints<B>,
+) -> [FloatTensor<B>; 3] {
+    let a = generators::<B>(c.clone(), psi.clone());
+    let (abar, vbar) = B::expmv_backward(a, v, grad, saved);
+    let (cbar, psibar) = generator_adjoints::<B>(c, psi, abar);
+    [cbar, psibar, vbar]
 }
 
 /// The shipped backends' exponential and exponential-times-vector kernels.
@@ -138,6 +186,37 @@ pub(crate) trait ExpmKernels: Backend {
         expmv_generated_by_ops::<Self>(c, psi, v, config)
     }
 
+    /// Whether [`ExpmKernels::expmv_generated_checkpointed`] and its backward run kernels of their
+    /// own for generators psi [M, S, n, n] of this dtype and shape, forming each generator where
+    /// it is used (the CPU backends, f32); the autodiff backend then records one node for the
+    /// whole product rather than the generators' matmul and the exponential.
+    fn has_generated_kernel(_dtype: burn::tensor::DType, _psi: &burn::tensor::Shape) -> bool {
+        false
+    }
+
+    /// [`ExpmKernels::expmv_generated`] together with what its adjoint needs. The default forms
+    /// the generators with a matmul and keeps [`ExpmKernels::expmv_checkpointed`]'s checkpoints.
+    fn expmv_generated_checkpointed(
+        c: FloatTensor<Self>,
+        psi: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        config: ExpmvConfig,
+    ) -> (FloatTensor<Self>, ExpmvCheckpoints<Self>) {
+        generated_checkpointed_by_ops::<Self>(c, psi, v, config)
+    }
+
+    /// The adjoints [c_bar, psi_bar, v_bar] given the adjoint `grad` of
+    /// [`ExpmKernels::expmv_generated_checkpointed`]'s output and its checkpoints.
+    fn expmv_generated_backward(
+        c: FloatTensor<Self>,
+        psi: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        saved: &ExpmvCheckpoints<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        generated_backward_by_ops::<Self>(c, psi, v, grad, saved)
+    }
+
     /// The adjoints of A and v given the adjoint `grad` of exp(A) v.
     fn expmv_backward(
         a: FloatTensor<Self>,
@@ -190,6 +269,56 @@ macro_rules! cpu_kernel_methods {
             } else {
                 expmv::expmv_forward::<Self>(wrap(a), wrap(v), &config)
             }
+        }
+
+        fn has_generated_kernel(dtype: burn::tensor::DType, _psi: &burn::tensor::Shape) -> bool {
+            dtype == burn::tensor::DType::F32
+        }
+
+        fn expmv_generated(
+            c: FloatTensor<Self>,
+            psi: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            config: ExpmvConfig,
+        ) -> FloatTensor<Self> {
+            Self::expmv_generated_checkpointed(c, psi, v, config).0
+        }
+
+        fn expmv_generated_checkpointed(
+            c: FloatTensor<Self>,
+            psi: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            config: ExpmvConfig,
+        ) -> (FloatTensor<Self>, ExpmvCheckpoints<Self>) {
+            let f32 = crate::cpu::accepts::<Self>;
+            if f32(&c) && f32(&psi) && f32(&v) {
+                let (y, records) = crate::cpu::expmv_generated_batch::<Self>(c, psi, v, &config);
+                (y, ExpmvCheckpoints::for_kernel(config, records))
+            } else {
+                generated_checkpointed_by_ops::<Self>(c, psi, v, config)
+            }
+        }
+
+        fn expmv_generated_backward(
+            c: FloatTensor<Self>,
+            psi: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            saved: &ExpmvCheckpoints<Self>,
+        ) -> [FloatTensor<Self>; 3] {
+            if !saved.kernel {
+                return generated_backward_by_ops::<Self>(c, psi, v, grad, saved);
+            }
+            let (abar, vbar) = crate::cpu::expmv_generated_backward_batch::<Self>(
+                c.clone(),
+                psi.clone(),
+                v,
+                grad,
+                &saved.config,
+                &saved.records,
+            );
+            let (cbar, psibar) = generator_adjoints::<Self>(c, psi, abar);
+            [cbar, psibar, vbar]
         }
 
         fn expmv_backward(

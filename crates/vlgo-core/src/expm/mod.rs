@@ -233,8 +233,10 @@ pub fn expmv_with<B: ExpmBackend>(
 /// (best-of-J candidates, sampled augmentations), the GPU backends form each generator inside
 /// their kernel, so the R S generators never exist in device memory; that kernel takes the
 /// Taylor route for every finite generator (no explicit-exponential fallback) and skips zero
-/// coefficients. Otherwise the generators are formed with one matmul (and, with a gradient to
-/// take, both ops are recorded). The kernel reads every used generator entry once per problem,
+/// coefficients. The CPU backends form each generator in the cache of the thread that solves
+/// its problem, tracked or not (with a gradient to take, one autodiff node whose backward forms
+/// it again). Elsewhere the generators are formed with one matmul (and, with a gradient to take,
+/// both ops are recorded). The kernel reads every used generator entry once per problem,
 /// where a matmul reuses entries across the batch: lean in memory, slower for dense
 /// coefficients (`docs/expm.md`). Half-precision inputs compute in f32 and return in c's dtype.
 ///

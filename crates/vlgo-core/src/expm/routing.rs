@@ -54,6 +54,12 @@ pub trait ExpmBackend: Backend {
     #[doc(hidden)]
     fn has_expmv_kernel(dtype: DType, shape: &Shape) -> bool;
 
+    /// Whether [`ExpmBackend::expmv_generated`] with a gradient to take runs a kernel of its own
+    /// for generators psi [M, S, n, n] of this dtype and shape, forming each generator where it
+    /// is used (the CPU backends, f32).
+    #[doc(hidden)]
+    fn has_generated_kernel(dtype: DType, psi: &Shape) -> bool;
+
     /// exp(A) for A [N, n, n] in A's dtype.
     fn expm(a: FloatTensor<Self>, method: ExpmMethod) -> FloatTensor<Self>;
 
@@ -105,9 +111,10 @@ pub trait ExpmBackend: Backend {
     /// exp(A_p) v_p for the generators A_p = sum_m c[r, m] psi[m, k] of the problems
     /// p = r S + k, with c [R, M], psi [M, S, n, n] and v [R S, n], all in one dtype, R >= 1.
     ///
-    /// Forms the generators with one matmul and calls [`ExpmBackend::expmv`], except on the
-    /// GPU backends, which form each generator inside the kernel when no input needs a
-    /// gradient, so the R S generators never exist in device memory.
+    /// The CPU backends form each generator in the cache of the thread that solves its problem
+    /// (in the backward too, under autodiff), and the GPU backends inside the kernel when no
+    /// input needs a gradient, so the R S generators never exist in memory together; elsewhere
+    /// one matmul forms them and [`ExpmBackend::expmv`] runs.
     fn expmv_generated(
         c: FloatTensor<Self>,
         psi: FloatTensor<Self>,
@@ -131,6 +138,12 @@ impl<B: Backend> ExpmBackend for B {
 
     fn has_expmv_kernel(dtype: DType, shape: &Shape) -> bool {
         route::<B, _, _>(dispatch::has_expmv_kernel, (dtype, shape.clone()), |_| {
+            false
+        })
+    }
+
+    fn has_generated_kernel(dtype: DType, psi: &Shape) -> bool {
+        route::<B, _, _>(dispatch::has_generated_kernel, (dtype, psi.clone()), |_| {
             false
         })
     }
@@ -254,6 +267,14 @@ mod dispatch {
         dispatch_shipped!(id, K => {
             let (dtype, shape) = take::<(DType, Shape)>(args);
             <K as ExpmKernels>::has_expmv_kernel(dtype, &shape)
+        });
+        None
+    }
+
+    pub fn has_generated_kernel(id: TypeId, args: &mut dyn Any) -> Option<Box<dyn Any>> {
+        dispatch_shipped!(id, K => {
+            let (dtype, shape) = take::<(DType, Shape)>(args);
+            <K as ExpmKernels>::has_generated_kernel(dtype, &shape)
         });
         None
     }

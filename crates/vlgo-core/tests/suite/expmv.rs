@@ -451,6 +451,71 @@ fn expmv_generated_equals_expmv_of_the_formed_generators() {
     }
 }
 
+/// With a gradient to take, `expmv_generated` gives the adjoints of c, psi and v that autodiff
+/// takes through the formed generators' matmul and `expmv` (one node of its own on the CPU
+/// backends, where each generator is formed again in the backward): the small-matrix path, the
+/// n = 64 kernels, and a zero row.
+#[test]
+fn expmv_generated_adjoints_equal_those_of_the_formed_generators() {
+    use vlgo_core::expmv_generated;
+    let mut r = rng(40);
+    for (n, s, m, rows) in [(3, 2, 5, 7), (64, 2, 4, 5)] {
+        let draw = |r: &mut vlgo_core::StreamRng, len: usize, scale: f64| -> Vec<f64> {
+            (0..len).map(|_| gaussian(r) * scale).collect()
+        };
+        let psi = draw(&mut r, m * s * n * n, 1.0 / n as f64);
+        let mut c = draw(&mut r, rows * m, 0.3);
+        c[m..2 * m].iter_mut().for_each(|x| *x = 0.0);
+        let v = draw(&mut r, rows * s * n, 1.0);
+        let w = draw(&mut r, rows * s * n, 1.0);
+        let tensor = |data: &[f64]| {
+            Tensor::<AD, 1>::from_data(TensorData::new(data.to_vec(), [data.len()]), &device())
+        };
+        let leaves = || {
+            let c: Tensor<AD, 2> = tensor(&c).reshape([rows, m]).require_grad();
+            let psi: Tensor<AD, 4> = tensor(&psi).reshape([m, s, n, n]).require_grad();
+            let v: Tensor<AD, 2> = tensor(&v).reshape([rows * s, n]).require_grad();
+            (c, psi, v)
+        };
+        let weights: Tensor<AD, 2> = tensor(&w).reshape([rows * s, n]);
+        let adjoints =
+            |y: Tensor<AD, 2>, (c, psi, v): &(Tensor<AD, 2>, Tensor<AD, 4>, Tensor<AD, 2>)| {
+                let grads = (y.clone() * weights.clone()).sum().backward();
+                let grad = |g: Option<Tensor<B, 1>>| to_f64(g.expect("tracked"));
+                (
+                    to_f64(y.inner()),
+                    [
+                        grad(c.grad(&grads).map(|g| g.flatten(0, 1))),
+                        grad(psi.grad(&grads).map(|g| g.flatten(0, 3))),
+                        grad(v.grad(&grads).map(|g| g.flatten(0, 1))),
+                    ],
+                )
+            };
+        let fused = leaves();
+        let y = expmv_generated(
+            fused.0.clone(),
+            fused.1.clone(),
+            fused.2.clone(),
+            &ExpmvConfig::new(),
+        )
+        .unwrap();
+        let (y, got) = adjoints(y, &fused);
+        let formed = leaves();
+        let a = formed
+            .0
+            .clone()
+            .matmul(formed.1.clone().reshape([m, s * n * n]))
+            .reshape([rows * s, n, n]);
+        let y_formed = expmv_with(a, formed.2.clone(), &ExpmvConfig::new()).unwrap();
+        let (y_formed, want) = adjoints(y_formed, &formed);
+        assert!(rel_frobenius_host(&y, &y_formed) < 1e-5, "n {n}: values");
+        for (what, (g, e)) in ["c", "psi", "v"].iter().zip(got.iter().zip(&want)) {
+            let err = rel_frobenius_host(g, e);
+            assert!(err < 1e-5, "n {n}: adjoint of {what} off by {err:.3e}");
+        }
+    }
+}
+
 /// Half-precision coefficients, dictionary and vectors compute in f32 and come back in their
 /// dtype, rounded once (on backends with the dtype: lavapipe has f16, NdArray neither).
 #[test]
