@@ -3,7 +3,7 @@
 //! termination, fallback to the explicit exponential), run per matrix.
 
 use super::expm::{self as dense, Ahead, Workspace, column_norms};
-use super::simd::{VecMat, axpy, gemm_tn, lin_comb, matvec, vecmat, vecmat_pair};
+use super::simd::{VecMat, axpy, gemm_tn, matvec, vecmat, vecmat_pair};
 use super::small;
 use crate::expm::expmv::{KernelRecord, taylor_steps};
 use crate::expm::plan::{Precision, choose};
@@ -151,8 +151,8 @@ pub struct Vectors {
     fbar: Vec<f32>,
     acc: Vec<f32>,
     next: Vec<f32>,
-    /// The generator of the problem at hand ([`generated_forward`], [`generated_backward`]).
-    generator: Vec<f32>,
+    /// The generators of a group of problems (`cpu::expmv_generated_batch`).
+    pub(super) generators: Vec<f32>,
 }
 
 impl Vectors {
@@ -419,63 +419,4 @@ pub fn backward(
             vbar.copy_from_slice(bbar);
         }
     }
-}
-
-/// One problem's generator, sum_m coefficients[m] psi_m over the blocks `psi` (one n x n block
-/// per generator), formed into the workspace in order of m, and then `job` with it.
-fn with_generator<R>(
-    coefficients: &[f32],
-    psi: &[&[f32]],
-    n: usize,
-    ws: &mut Workspace,
-    job: impl FnOnce(&[f32], &mut Workspace) -> R,
-) -> R {
-    let mut a = std::mem::take(&mut ws.vectors.generator);
-    a.resize(n * n, 0.0);
-    let terms: Vec<(&[f32], f32)> = psi
-        .iter()
-        .copied()
-        .zip(coefficients.iter().copied())
-        .collect();
-    lin_comb(&terms, &mut a, false);
-    let out = job(&a, ws);
-    ws.vectors.generator = a;
-    out
-}
-
-/// [`forward`] for the generator A = sum_m coefficients[m] psi_m, formed in cache: the generator
-/// of one problem is 16 KiB at n = 64, where a batch's generators formed by one product are
-/// megabytes written out and read back.
-pub fn generated_forward(
-    coefficients: &[f32],
-    psi: &[&[f32]],
-    v: &[f32],
-    y: &mut [f32],
-    n: usize,
-    config: &ExpmvConfig,
-    ws: &mut Workspace,
-) -> KernelRecord {
-    with_generator(coefficients, psi, n, ws, |a, ws| {
-        forward(a, v, y, n, config, ws)
-    })
-}
-
-/// [`backward`] for the generator of [`generated_forward`], formed again in cache: the adjoint
-/// of A into `abar`, that of v into `vbar`.
-#[allow(clippy::too_many_arguments)]
-pub fn generated_backward(
-    coefficients: &[f32],
-    psi: &[&[f32]],
-    v: &[f32],
-    grad: &[f32],
-    abar: &mut [f32],
-    vbar: &mut [f32],
-    n: usize,
-    config: &ExpmvConfig,
-    record: Option<&KernelRecord>,
-    ws: &mut Workspace,
-) {
-    with_generator(coefficients, psi, n, ws, |a, ws| {
-        backward(a, v, grad, abar, vbar, n, config, record, ws)
-    })
 }

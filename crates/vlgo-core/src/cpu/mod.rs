@@ -331,6 +331,18 @@ pub(crate) fn expmv_backward_batch<B: Host>(
     (B::make(abar, &adims), B::make(vbar, &vdims))
 }
 
+/// The largest dictionary block, M n^2 floats (what forming one generator reads), for which the
+/// CPU forms each generator per problem: 512 KiB, 16 generators of 64 x 64 twice over, which a
+/// core's L2 holds. A larger dictionary would stream from further out for every problem, where
+/// one matmul over the batch reads it once ([`generated_takes`]).
+const GENERATED_MAX_FLOATS: usize = 128 * 1024;
+
+/// Whether the CPU kernel forms the generators of a dictionary psi [M, S, n, n] of these
+/// dimensions per problem (see [`GENERATED_MAX_FLOATS`]).
+pub(crate) fn generated_takes(psi: &[usize]) -> bool {
+    matches!(psi, &[m, _, n, n2] if n == n2 && m * n * n <= GENERATED_MAX_FLOATS)
+}
+
 /// The blocks of generator block k: psi [M, S, n, n] as M slices of n x n.
 fn blocks_of(psi: &[f32], m: usize, s: usize, n: usize, k: usize) -> Vec<&[f32]> {
     let nn = n * n;
@@ -339,9 +351,36 @@ fn blocks_of(psi: &[f32], m: usize, s: usize, n: usize, k: usize) -> Vec<&[f32]>
         .collect()
 }
 
+/// Runs `job(ws, generators)` for each group of rows, `generators` the group's generators of
+/// one block formed in the thread's cache ([`simd::generators`]): each dictionary entry loaded
+/// serves the group's rows, and the block's dictionary, read by every group, stays in cache.
+fn for_each_group<I>(
+    items: I,
+    n: usize,
+    (c, m, psi): (&[f32], usize, &[&[f32]]),
+    job: impl Fn(&mut expm::Workspace, I::Item, usize, &[f32]) + Sync + Send,
+) where
+    I: IndexedParallelIterator,
+{
+    let nn = n * n;
+    for_each_matrix(items.enumerate(), n, |ws, (group, item)| {
+        let mut a = std::mem::take(&mut ws.vectors.generators);
+        a.resize(simd::GENERATED_ROWS * nn, 0.0);
+        let mut coefficients = vec![0.0f32; simd::GENERATED_ROWS * m];
+        let start = group * simd::GENERATED_ROWS * m;
+        let rows = (c.len() / m.max(1) - group * simd::GENERATED_ROWS).min(simd::GENERATED_ROWS);
+        coefficients[..rows * m].copy_from_slice(&c[start..start + rows * m]);
+        simd::generators(&coefficients, psi, &mut a, nn);
+        job(ws, item, rows, &a);
+        ws.vectors.generators = a;
+    });
+}
+
 /// exp(A_p) v_p for the generators A_p = sum_m c[r, m] psi[m, k] of the problems p = r S + k
-/// (c [R, M], psi [M, S, n, n], v [R S, n]), each formed in the cache of the thread that solves
-/// it, with each problem's route for the backward.
+/// (c [R, M], psi [M, S, n, n], v [R S, n]), with each problem's route for the backward. The
+/// generators are formed in the cache of the thread that solves them, a group of rows of one
+/// block at a time (block by block), and never written out: at the ManifoldCLR step's
+/// transport they would be 8 MiB written and read back.
 pub(crate) fn expmv_generated_batch<B: Host>(
     c: FloatTensor<B>,
     psi: FloatTensor<B>,
@@ -353,23 +392,31 @@ pub(crate) fn expmv_generated_batch<B: Host>(
     let (c, psi, v) = (B::read(&c), B::read(&psi), B::read(&v));
     let mut y = output(v.len());
     let mut records = vec![KernelRecord::default(); vdims[0]];
-    if n > 0 && s > 0 {
-        let blocks: Vec<Vec<&[f32]>> = (0..s).map(|k| blocks_of(&psi, m, s, n, k)).collect();
+    let group = simd::GENERATED_ROWS * s;
+    for k in (0..s).filter(|_| n > 0) {
         let items = y
-            .par_chunks_mut(n)
-            .zip(records.par_iter_mut())
-            .zip(v.par_chunks(n))
-            .enumerate();
-        for_each_matrix(items, n, |ws, (p, ((y, r), v))| {
-            let coefficients = &c[p / s * m..(p / s + 1) * m];
-            *r = expmv::generated_forward(coefficients, &blocks[p % s], v, y, n, config, ws)
-        });
+            .par_chunks_mut(group * n)
+            .zip(records.par_chunks_mut(group))
+            .zip(v.par_chunks(group * n));
+        let block = blocks_of(&psi, m, s, n, k);
+        for_each_group(
+            items,
+            n,
+            (&c, m, &block),
+            |ws, ((y, records), v), rows, a| {
+                for (row, a) in a.chunks_exact(n * n).take(rows).enumerate() {
+                    let p = row * s + k;
+                    let (v, y) = (&v[p * n..(p + 1) * n], &mut y[p * n..(p + 1) * n]);
+                    records[p] = expmv::forward(a, v, y, n, config, ws);
+                }
+            },
+        );
     }
     (B::make(y, &vdims), records)
 }
 
 /// The adjoints (A_bar [R S, n, n], v_bar) of [`expmv_generated_batch`] given the adjoint of its
-/// output: each generator formed again in cache (never read from memory).
+/// output: each generator formed again in cache as in the forward (never read from memory).
 pub(crate) fn expmv_generated_backward_batch<B: Host>(
     c: FloatTensor<B>,
     psi: FloatTensor<B>,
@@ -383,21 +430,38 @@ pub(crate) fn expmv_generated_backward_batch<B: Host>(
     let grad = in_f32::<B>(grad);
     let (c, psi, v, g) = (B::read(&c), B::read(&psi), B::read(&v), B::read(&grad));
     let mut vbar = output(v.len());
-    let (abar, ()) = output_in_parts(vdims[0] * n * n, n * n, |parts| {
-        if n > 0 && s > 0 {
-            let blocks: Vec<Vec<&[f32]>> = (0..s).map(|k| blocks_of(&psi, m, s, n, k)).collect();
-            let items = parts
-                .zip(vbar.par_chunks_mut(n))
-                .zip(v.par_chunks(n).zip(g.par_chunks(n)))
-                .enumerate();
-            for_each_matrix(items, n, |ws, (p, ((ab, vb), (v, g)))| {
-                let coefficients = &c[p / s * m..(p / s + 1) * m];
-                let psi = &blocks[p % s];
-                let record = records.get(p);
-                expmv::generated_backward(coefficients, psi, v, g, ab, vb, n, config, record, ws)
-            });
-        }
-    });
+    // A_bar's entries are zeroed problem by problem in cache, just before the problem's
+    // adjoint is added into them, rather than the whole 8 MiB (the step's transport) on one
+    // thread first.
+    let len = vdims[0] * n * n;
+    let mut abar = Vec::with_capacity(len);
+    let spare = &mut abar.spare_capacity_mut()[..len];
+    let group = simd::GENERATED_ROWS * s;
+    for k in (0..s).filter(|_| n > 0) {
+        let items = spare
+            .par_chunks_mut(group * n * n)
+            .zip(vbar.par_chunks_mut(group * n))
+            .zip(v.par_chunks(group * n).zip(g.par_chunks(group * n)))
+            .zip(records.par_chunks(group));
+        let block = blocks_of(&psi, m, s, n, k);
+        for_each_group(items, n, (&c, m, &block), |ws, item, rows, a| {
+            let (((abar, vbar), (v, g)), records) = item;
+            for (row, a) in a.chunks_exact(n * n).take(rows).enumerate() {
+                let p = row * s + k;
+                let (v, g) = (&v[p * n..(p + 1) * n], &g[p * n..(p + 1) * n]);
+                let vb = &mut vbar[p * n..(p + 1) * n];
+                let ab = &mut abar[p * n * n..(p + 1) * n * n];
+                ab.fill(std::mem::MaybeUninit::new(0.0));
+                // SAFETY: every entry of `ab` was just written, and MaybeUninit<f32> has the
+                // size, alignment and valid bit patterns of f32.
+                let ab = unsafe { &mut *(ab as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
+                expmv::backward(a, v, g, ab, vb, n, config, records.get(p), ws);
+            }
+        });
+    }
+    // SAFETY: the passes over the blocks k = 0..S wrote problem r S + k of every row r, so all
+    // R S problems' n^2 entries (n = 0 or S = 0: none to write).
+    unsafe { abar.set_len(len) };
     (B::make(abar, &[vdims[0], n, n]), B::make(vbar, &vdims))
 }
 
@@ -458,6 +522,17 @@ mod tests {
         let a = Tensor::<B, 3>::random([count, n, n], Distribution::Normal(0.0, 1.0), &device);
         let norms = a.clone().abs().sum_dim(1).max_dim(2);
         a / norms * norm
+    }
+
+    /// The per-problem generators are taken for the training configs' dictionaries (16
+    /// generators of 64 x 64) and left to the matmul for the paper's largest (128 of them).
+    #[test]
+    fn generators_are_formed_per_problem_only_for_dictionaries_in_cache() {
+        assert!(generated_takes(&[16, 2, 64, 64]));
+        assert!(generated_takes(&[32, 8, 64, 64]));
+        assert!(!generated_takes(&[128, 8, 64, 64]));
+        assert!(!generated_takes(&[16, 2, 64, 63]));
+        assert!(!generated_takes(&[16, 64, 64]));
     }
 
     #[test]

@@ -406,6 +406,40 @@ fn lin_comb_body<F: Fma, const W: usize>(
     }
 }
 
+/// The generators of [`GENERATED_ROWS`] problems that share a dictionary block: row g of `out`
+/// (n^2 entries) is sum_m c[g M + m] psi[m], the terms in order of m. W entries of every row
+/// are held in registers across the terms, so each dictionary entry loaded serves all the rows.
+#[inline(always)]
+fn generators_body<F: Fma, const W: usize>(c: &[f32], psi: &[&[f32]], out: &mut [f32], nn: usize) {
+    const G: usize = GENERATED_ROWS;
+    let m = psi.len();
+    let full = nn / W * W;
+    for j0 in (0..full).step_by(W) {
+        let mut acc = [[0f32; W]; G];
+        for (t, x) in psi.iter().enumerate() {
+            let x: &[f32; W] = x[j0..j0 + W].try_into().unwrap();
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let coefficient = c[g * m + t];
+                for j in 0..W {
+                    acc[j] = F::fma(coefficient, x[j], acc[j]);
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            out[g * nn + j0..g * nn + j0 + W].copy_from_slice(acc);
+        }
+    }
+    for j in full..nn {
+        for g in 0..G {
+            let mut acc = 0.0;
+            for (t, x) in psi.iter().enumerate() {
+                acc = F::fma(c[g * m + t], x[j], acc);
+            }
+            out[g * nn + j] = acc;
+        }
+    }
+}
+
 /// y += alpha x.
 #[inline(always)]
 fn axpy_body<F: Fma>(alpha: f32, x: &[f32], y: &mut [f32]) {
@@ -1397,6 +1431,11 @@ macro_rules! instantiate {
                 lin_comb_body::<$fma, { 2 * $width }>(terms, out, acc)
             }
             $(#[target_feature(enable = $feature)])*
+            pub unsafe fn generators(c: &[f32], psi: &[&[f32]], out: &mut [f32], nn: usize) {
+                // 8 rows of W entries: 8 accumulators and the dictionary's strip.
+                generators_body::<$fma, { $width / 2 }>(c, psi, out, nn)
+            }
+            $(#[target_feature(enable = $feature)])*
             pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
                 axpy_body::<$fma>(alpha, x, y)
             }
@@ -1892,6 +1931,22 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
 pub fn lin_comb(terms: &[(&[f32], f32)], out: &mut [f32], accumulate: bool) {
     debug_assert!(terms.iter().all(|(x, _)| x.len() >= out.len()));
     dispatch!(lin_comb(terms, out, accumulate))
+}
+
+/// Problems whose generators [`generators`] forms at once.
+pub(crate) const GENERATED_ROWS: usize = 8;
+
+/// The generators of [`GENERATED_ROWS`] problems that share a dictionary block `psi` (M slices
+/// of n^2 = `nn` entries), with coefficients `c` [GENERATED_ROWS, M] row-major: row g of `out`
+/// [GENERATED_ROWS, nn] is sum_m c[g, m] psi[m].
+pub(crate) fn generators(c: &[f32], psi: &[&[f32]], out: &mut [f32], nn: usize) {
+    assert!(
+        c.len() >= GENERATED_ROWS * psi.len()
+            && out.len() >= GENERATED_ROWS * nn
+            && psi.iter().all(|x| x.len() >= nn),
+        "generators: operands too short"
+    );
+    dispatch!(generators(c, psi, out, nn))
 }
 
 /// y = A x, row-major n x n.

@@ -271,8 +271,8 @@ macro_rules! cpu_kernel_methods {
             }
         }
 
-        fn has_generated_kernel(dtype: burn::tensor::DType, _psi: &burn::tensor::Shape) -> bool {
-            dtype == burn::tensor::DType::F32
+        fn has_generated_kernel(dtype: burn::tensor::DType, psi: &burn::tensor::Shape) -> bool {
+            dtype == burn::tensor::DType::F32 && crate::cpu::generated_takes(psi)
         }
 
         fn expmv_generated(
@@ -291,7 +291,8 @@ macro_rules! cpu_kernel_methods {
             config: ExpmvConfig,
         ) -> (FloatTensor<Self>, ExpmvCheckpoints<Self>) {
             let f32 = crate::cpu::accepts::<Self>;
-            if f32(&c) && f32(&psi) && f32(&v) {
+            let takes = crate::cpu::generated_takes(&burn::tensor::TensorMetadata::shape(&psi));
+            if takes && f32(&c) && f32(&psi) && f32(&v) {
                 let (y, records) = crate::cpu::expmv_generated_batch::<Self>(c, psi, v, &config);
                 (y, ExpmvCheckpoints::for_kernel(config, records))
             } else {
