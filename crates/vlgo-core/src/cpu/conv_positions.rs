@@ -172,19 +172,24 @@ fn forward_whole(s: &ConvShape, x: &[f32], weight: &[f32], offsets: &[Vec<usize>
     let (n, cols) = (s.batch, s.channels_out * offsets.len());
     let rows = s.channels_in * s.height * s.width;
     let dense = dense_weight(s, weight, offsets);
-    // SAFETY: x is [n, rows], dense [rows, cols], the output [n, cols], all written.
+    // SAFETY: x is [n, rows], dense [rows, cols].
     unsafe {
-        written(n * cols, |y| {
-            product_into(
-                (n, cols, rows),
-                y,
-                cols,
-                View::rows(x, rows),
-                View::rows(&dense, cols),
-                true,
-            )
-        })
+        fresh_product(
+            (n, cols, rows),
+            View::rows(x, rows),
+            View::rows(&dense, cols),
+        )
     }
+}
+
+/// A new [m, n] buffer holding lhs [m, k] rhs [k, n], computed over rayon's threads.
+///
+/// # Safety
+/// As for [`product_into`]: the views must address m x k and k x n matrices in live slices.
+unsafe fn fresh_product(dims: (usize, usize, usize), lhs: View, rhs: View) -> Vec<f32> {
+    let (m, n, _) = dims;
+    // SAFETY: the caller's contract; the product writes all m x n entries.
+    unsafe { written(m * n, |out| product_into(dims, out, n, lhs, rhs, true)) }
 }
 
 /// [`backward`] where every position sees every pixel: the input's adjoint is one product with
@@ -201,34 +206,14 @@ fn backward_whole(
     let (rows, cols) = (ci * hw, s.channels_out * p);
     let dx = want_input.then(|| {
         let dense = dense_weight(s, weight, offsets);
-        // SAFETY: grad is [n, cols], dense [rows, cols] read transposed, dx [n, rows].
-        unsafe {
-            written(n * rows, |dx| {
-                product_into(
-                    (n, rows, cols),
-                    dx,
-                    rows,
-                    View::rows(grad, cols),
-                    View::transposed(&dense, cols),
-                    true,
-                )
-            })
-        }
+        let (grad, dense) = (View::rows(grad, cols), View::transposed(&dense, cols));
+        // SAFETY: grad is [n, cols], dense [rows, cols] read transposed.
+        unsafe { fresh_product((n, rows, cols), grad, dense) }
     });
     let dw = want_weight.then(|| {
-        // SAFETY: x is [n, rows] read transposed, grad [n, cols], the adjoint [rows, cols].
-        let dense = unsafe {
-            written(rows * cols, |d| {
-                product_into(
-                    (rows, cols, n),
-                    d,
-                    cols,
-                    View::transposed(x, rows),
-                    View::rows(grad, cols),
-                    true,
-                )
-            })
-        };
+        let (xt, grad) = (View::transposed(x, rows), View::rows(grad, cols));
+        // SAFETY: x is [n, rows] read transposed, grad [n, cols].
+        let dense = unsafe { fresh_product((rows, cols, n), xt, grad) };
         let mut dw = vec![0.0f32; s.channels_out * ci * k];
         dw.par_chunks_mut(k).enumerate().for_each(|(oc, dw)| {
             let (o, c) = (oc / ci, oc % ci);
