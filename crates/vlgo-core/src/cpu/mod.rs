@@ -251,6 +251,15 @@ where
     I: IndexedParallelIterator,
     F: Fn(&mut expm::Workspace, I::Item) + Sync + Send,
 {
+    for_each_item(items, n, min_matrices(n), job)
+}
+
+/// [`for_each_matrix`] for items of any size: at least `min` items per parallel job.
+fn for_each_item<I, F>(items: I, n: usize, min: usize, job: F)
+where
+    I: IndexedParallelIterator,
+    F: Fn(&mut expm::Workspace, I::Item) + Sync + Send,
+{
     struct Serial<F> {
         job: F,
         n: usize,
@@ -264,7 +273,6 @@ where
             });
         }
     }
-    let min = min_matrices(n);
     if items.len() < 2 * min {
         items.with_producer(Serial { job, n });
     } else {
@@ -332,15 +340,26 @@ pub(crate) fn expmv_backward_batch<B: Host>(
 }
 
 /// The largest dictionary block, M n^2 floats (what forming one generator reads), for which the
-/// CPU forms each generator per problem: 512 KiB, 16 generators of 64 x 64 twice over, which a
-/// core's L2 holds. A larger dictionary would stream from further out for every problem, where
+/// CPU forms each generator per problem: 512 KiB, 16 generators of 64 x 64 twice over, which the
+/// L2 of the x86 cores measured (1 MiB and more) holds. A larger dictionary would stream from further out for every problem, where
 /// one matmul over the batch reads it once ([`generated_takes`]).
 const GENERATED_MAX_FLOATS: usize = 128 * 1024;
 
 /// Whether the CPU kernel forms the generators of a dictionary psi [M, S, n, n] of these
-/// dimensions per problem (see [`GENERATED_MAX_FLOATS`]).
+/// dimensions per problem (see [`GENERATED_MAX_FLOATS`]; M >= 1: an empty dictionary's
+/// generators are zero, which the matmul forms).
 pub(crate) fn generated_takes(psi: &[usize]) -> bool {
-    matches!(psi, &[m, _, n, n2] if n == n2 && m * n * n <= GENERATED_MAX_FLOATS)
+    matches!(psi, &[m, _, n, n2] if n == n2 && m >= 1 && m * n * n <= GENERATED_MAX_FLOATS)
+}
+
+/// Whether [`expmv_generated_batch`] takes these inputs: all three f32, and a dictionary that
+/// [`generated_takes`].
+pub(crate) fn generated_accepts<B: Backend>(
+    c: &FloatTensor<B>,
+    psi: &FloatTensor<B>,
+    v: &FloatTensor<B>,
+) -> bool {
+    generated_takes(&psi.shape()) && [c, psi, v].into_iter().all(accepts::<B>)
 }
 
 /// The blocks of generator block k: psi [M, S, n, n] as M slices of n x n.
@@ -351,25 +370,28 @@ fn blocks_of(psi: &[f32], m: usize, s: usize, n: usize, k: usize) -> Vec<&[f32]>
         .collect()
 }
 
-/// Runs `job(ws, generators)` for each group of rows, `generators` the group's generators of
-/// one block formed in the thread's cache ([`simd::generators`]): each dictionary entry loaded
-/// serves the group's rows, and the block's dictionary, read by every group, stays in cache.
+/// Runs `job(ws, item, rows, generators)` for each group of rows (`items`: one per group of
+/// [`simd::GENERATED_ROWS`] rows of c [R, M], the last `rows` < that when R is not a multiple),
+/// `generators` the group's generators of one block formed in the thread's cache
+/// ([`simd::generators`]): each dictionary entry loaded serves the group's rows, and the block's
+/// dictionary, read by every group, stays in cache.
 fn for_each_group<I>(
     items: I,
     n: usize,
-    (c, m, psi): (&[f32], usize, &[&[f32]]),
+    (c, [r, m], psi): (&[f32], [usize; 2], &[&[f32]]),
     job: impl Fn(&mut expm::Workspace, I::Item, usize, &[f32]) + Sync + Send,
 ) where
     I: IndexedParallelIterator,
 {
     let nn = n * n;
-    for_each_matrix(items.enumerate(), n, |ws, (group, item)| {
+    let min = min_matrices(n).div_ceil(simd::GENERATED_ROWS);
+    for_each_item(items.enumerate(), n, min, |ws, (group, item)| {
         let mut a = std::mem::take(&mut ws.vectors.generators);
         a.resize(simd::GENERATED_ROWS * nn, 0.0);
         let mut coefficients = vec![0.0f32; simd::GENERATED_ROWS * m];
-        let start = group * simd::GENERATED_ROWS * m;
-        let rows = (c.len() / m.max(1) - group * simd::GENERATED_ROWS).min(simd::GENERATED_ROWS);
-        coefficients[..rows * m].copy_from_slice(&c[start..start + rows * m]);
+        let first = group * simd::GENERATED_ROWS;
+        let rows = r.saturating_sub(first).min(simd::GENERATED_ROWS);
+        coefficients[..rows * m].copy_from_slice(&c[first * m..(first + rows) * m]);
         simd::generators(&coefficients, psi, &mut a, nn);
         job(ws, item, rows, &a);
         ws.vectors.generators = a;
@@ -389,6 +411,7 @@ pub(crate) fn expmv_generated_batch<B: Host>(
 ) -> (FloatTensor<B>, Vec<KernelRecord>) {
     let vdims = v.shape().dims::<2>();
     let [m, s, n, _] = psi.shape().dims::<4>();
+    let count = c.shape().dims::<2>()[0];
     let (c, psi, v) = (B::read(&c), B::read(&psi), B::read(&v));
     let mut y = output(v.len());
     let mut records = vec![KernelRecord::default(); vdims[0]];
@@ -402,7 +425,7 @@ pub(crate) fn expmv_generated_batch<B: Host>(
         for_each_group(
             items,
             n,
-            (&c, m, &block),
+            (&c, [count, m], &block),
             |ws, ((y, records), v), rows, a| {
                 for (row, a) in a.chunks_exact(n * n).take(rows).enumerate() {
                     let p = row * s + k;
@@ -428,6 +451,7 @@ pub(crate) fn expmv_generated_backward_batch<B: Host>(
     let vdims = v.shape().dims::<2>();
     let [m, s, n, _] = psi.shape().dims::<4>();
     let grad = in_f32::<B>(grad);
+    let count = c.shape().dims::<2>()[0];
     let (c, psi, v, g) = (B::read(&c), B::read(&psi), B::read(&v), B::read(&grad));
     let mut vbar = output(v.len());
     // A_bar's entries are zeroed problem by problem in cache, just before the problem's
@@ -444,7 +468,7 @@ pub(crate) fn expmv_generated_backward_batch<B: Host>(
             .zip(v.par_chunks(group * n).zip(g.par_chunks(group * n)))
             .zip(records.par_chunks(group));
         let block = blocks_of(&psi, m, s, n, k);
-        for_each_group(items, n, (&c, m, &block), |ws, item, rows, a| {
+        for_each_group(items, n, (&c, [count, m], &block), |ws, item, rows, a| {
             let (((abar, vbar), (v, g)), records) = item;
             for (row, a) in a.chunks_exact(n * n).take(rows).enumerate() {
                 let p = row * s + k;

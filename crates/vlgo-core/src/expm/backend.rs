@@ -290,9 +290,7 @@ macro_rules! cpu_kernel_methods {
             v: FloatTensor<Self>,
             config: ExpmvConfig,
         ) -> (FloatTensor<Self>, ExpmvCheckpoints<Self>) {
-            let f32 = crate::cpu::accepts::<Self>;
-            let takes = crate::cpu::generated_takes(&burn::tensor::TensorMetadata::shape(&psi));
-            if takes && f32(&c) && f32(&psi) && f32(&v) {
+            if crate::cpu::generated_accepts::<Self>(&c, &psi, &v) {
                 let (y, records) = crate::cpu::expmv_generated_batch::<Self>(c, psi, v, &config);
                 (y, ExpmvCheckpoints::for_kernel(config, records))
             } else {
@@ -307,7 +305,9 @@ macro_rules! cpu_kernel_methods {
             grad: FloatTensor<Self>,
             saved: &ExpmvCheckpoints<Self>,
         ) -> [FloatTensor<Self>; 3] {
-            if !saved.kernel {
+            // The forward took the kernel exactly where these inputs pass its gate; `kernel`
+            // alone would also hold for the fallback's `expmv` kernel on formed generators.
+            if !(saved.kernel && crate::cpu::generated_accepts::<Self>(&c, &psi, &v)) {
                 return generated_backward_by_ops::<Self>(c, psi, v, grad, saved);
             }
             let (abar, vbar) = crate::cpu::expmv_generated_backward_batch::<Self>(

@@ -233,12 +233,14 @@ pub fn expmv_with<B: ExpmBackend>(
 /// (best-of-J candidates, sampled augmentations), the GPU backends form each generator inside
 /// their kernel, so the R S generators never exist in device memory; that kernel takes the
 /// Taylor route for every finite generator (no explicit-exponential fallback) and skips zero
-/// coefficients. The CPU backends form each generator in the cache of the thread that solves
-/// its problem, tracked or not (with a gradient to take, one autodiff node whose backward forms
-/// it again). Elsewhere the generators are formed with one matmul (and, with a gradient to take,
-/// both ops are recorded). The kernel reads every used generator entry once per problem,
-/// where a matmul reuses entries across the batch: lean in memory, slower for dense
-/// coefficients (`docs/expm.md`). Half-precision inputs compute in f32 and return in c's dtype.
+/// coefficients. The GPU kernel reads every used generator entry once per problem, where a
+/// matmul reuses entries across the batch: lean in memory, slower for dense coefficients
+/// (`docs/expm.md`). The CPU backends, for f32 dictionaries of at most 128 Ki floats per block
+/// (M n^2, e.g. 32 generators of 64 x 64), form the generators of eight rows at a time in the
+/// cache of the thread that solves them, tracked or not (with a gradient to take, one autodiff
+/// node whose backward forms them again). Elsewhere the generators are formed with one matmul
+/// (and, with a gradient to take, both ops are recorded). Half-precision inputs compute in f32
+/// and return in c's dtype.
 ///
 /// ```
 /// use burn::backend::NdArray;

@@ -111,10 +111,11 @@ pub trait ExpmBackend: Backend {
     /// exp(A_p) v_p for the generators A_p = sum_m c[r, m] psi[m, k] of the problems
     /// p = r S + k, with c [R, M], psi [M, S, n, n] and v [R S, n], all in one dtype, R >= 1.
     ///
-    /// The CPU backends form each generator in the cache of the thread that solves its problem
-    /// (in the backward too, under autodiff), and the GPU backends inside the kernel when no
-    /// input needs a gradient, so the R S generators never exist in memory together; elsewhere
-    /// one matmul forms them and [`ExpmBackend::expmv`] runs.
+    /// The CPU backends form the generators in the cache of the thread that solves them (in the
+    /// backward too, under autodiff) for f32 dictionaries of at most 128 Ki floats per block,
+    /// and the GPU backends inside the kernel when no input needs a gradient, so the R S
+    /// generators never exist in memory together; elsewhere one matmul forms them and
+    /// [`ExpmBackend::expmv`] runs.
     fn expmv_generated(
         c: FloatTensor<Self>,
         psi: FloatTensor<Self>,

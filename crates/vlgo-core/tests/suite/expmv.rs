@@ -454,12 +454,12 @@ fn expmv_generated_equals_expmv_of_the_formed_generators() {
 /// With a gradient to take, `expmv_generated` gives the adjoints of c, psi and v that autodiff
 /// takes through the formed generators' matmul and `expmv` (one node of its own on the CPU
 /// backends, where each generator is formed again in the backward): the small-matrix path, the
-/// n = 64 kernels, and a zero row.
+/// n = 64 kernels, a zero row, and more rows than one group (8) with a partial last group.
 #[test]
 fn expmv_generated_adjoints_equal_those_of_the_formed_generators() {
     use vlgo_core::expmv_generated;
     let mut r = rng(40);
-    for (n, s, m, rows) in [(3, 2, 5, 7), (64, 2, 4, 5)] {
+    for (n, s, m, rows) in [(3, 2, 5, 7), (64, 2, 4, 5), (5, 3, 7, 19)] {
         let draw = |r: &mut vlgo_core::StreamRng, len: usize, scale: f64| -> Vec<f64> {
             (0..len).map(|_| gaussian(r) * scale).collect()
         };
