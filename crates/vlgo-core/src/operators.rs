@@ -46,11 +46,10 @@ pub enum TransportMethod {
     /// where the backend has one (the GPU backends, with nothing tracked by autodiff): the
     /// N S generators never exist in device memory. Elsewhere it is [`Expmv`](Self::Expmv),
     /// which on the CPU backends forms them in cache as well (f32, small dictionaries; see
-    /// [`expmv_generated`](crate::expmv_generated)). It
-    /// takes the Taylor route for every finite generator (no explicit-exponential fallback) and
-    /// reads M n^2 generator entries per block where a matmul reuses them across the batch, so
-    /// it is the lean choice for memory, not the fast one for dense coefficients (see
-    /// `docs/expm.md` and the GPU benchmark).
+    /// [`expmv_generated`]). The GPU kernel takes the Taylor route for every finite generator
+    /// (no explicit-exponential fallback) and reads M n^2 generator entries per block where a
+    /// matmul reuses them across the batch, so it is the lean choice for memory, not the fast
+    /// one for dense coefficients (see `docs/expm.md` and the GPU benchmark).
     Generated,
 }
 
