@@ -151,7 +151,7 @@ pub struct Vectors {
     fbar: Vec<f32>,
     acc: Vec<f32>,
     next: Vec<f32>,
-    /// The generators of a group of problems (`cpu::expmv_generated_batch`).
+    /// The coefficients and generators of a group of problems (`cpu::expmv_generated_batch`).
     pub(super) generators: Vec<f32>,
 }
 

@@ -341,8 +341,9 @@ pub(crate) fn expmv_backward_batch<B: Host>(
 
 /// The largest dictionary block, M n^2 floats (what forming one generator reads), for which the
 /// CPU forms each generator per problem: 512 KiB, 16 generators of 64 x 64 twice over, which the
-/// L2 of the x86 cores measured (1 MiB and more) holds. A larger dictionary would stream from further out for every problem, where
-/// one matmul over the batch reads it once ([`generated_takes`]).
+/// L2 of the x86 cores measured (1 MiB and more) holds. A larger dictionary would stream from
+/// further out for every group of rows, where one matmul over the batch reads it once
+/// ([`generated_takes`]).
 const GENERATED_MAX_FLOATS: usize = 128 * 1024;
 
 /// Whether the CPU kernel forms the generators of a dictionary psi [M, S, n, n] of these
@@ -386,15 +387,18 @@ fn for_each_group<I>(
     let nn = n * n;
     let min = min_matrices(n).div_ceil(simd::GENERATED_ROWS);
     for_each_item(items.enumerate(), n, min, |ws, (group, item)| {
-        let mut a = std::mem::take(&mut ws.vectors.generators);
-        a.resize(simd::GENERATED_ROWS * nn, 0.0);
-        let mut coefficients = vec![0.0f32; simd::GENERATED_ROWS * m];
-        let first = group * simd::GENERATED_ROWS;
+        // The group's coefficients (zero rows past the batch's last), then its generators, in
+        // the thread's kept buffers.
+        let mut buffers = std::mem::take(&mut ws.vectors.generators);
+        let (first, width) = (group * simd::GENERATED_ROWS, simd::GENERATED_ROWS * m);
         let rows = r.saturating_sub(first).min(simd::GENERATED_ROWS);
+        buffers.resize(width + simd::GENERATED_ROWS * nn, 0.0);
+        let (coefficients, a) = buffers.split_at_mut(width);
         coefficients[..rows * m].copy_from_slice(&c[first * m..(first + rows) * m]);
-        simd::generators(&coefficients, psi, &mut a, nn);
-        job(ws, item, rows, &a);
-        ws.vectors.generators = a;
+        coefficients[rows * m..].fill(0.0);
+        simd::generators(coefficients, psi, a, nn);
+        job(ws, item, rows, a);
+        ws.vectors.generators = buffers;
     });
 }
 
