@@ -196,34 +196,112 @@ impl FlatRow {
     }
 }
 
-/// Zeroes a run of padding columns: one to three floats for the network's kernels (3 x 3 with
-/// padding 1, 7 x 7 with padding 3), which `fill` turns into a `memset` call per image row that
-/// costs more than the stores (measured: flat im2col 1.1-1.3x faster with the stores).
-#[inline]
-fn zero_short(run: &mut [f32]) {
-    match run {
-        [] => {}
-        [a] => *a = 0.0,
-        [a, b] => [*a, *b] = [0.0; 2],
-        [a, b, c] => [*a, *b, *c] = [0.0; 3],
-        _ => run.fill(0.0),
+/// How the rows of the column buffer read an image, worked out once per convolution.
+enum Columns {
+    /// Stride 1 and an output as wide as the input: one shifted copy per row ([`FlatRow`]).
+    Flat(Vec<FlatRow>),
+    /// Any other shape: each row gathers from the channel's zero-padded plane ([`Gather`]).
+    Gather(Gather),
+}
+
+impl Columns {
+    fn new(s: &ConvShape) -> Self {
+        if s.is_flat() {
+            Self::Flat(FlatRow::all(s))
+        } else {
+            Self::Gather(Gather::new(s))
+        }
+    }
+}
+
+/// Where each row of the column buffer reads a channel's plane, for any stride, padding and
+/// dilation: the plane is copied into a buffer with its padding around it, in which every
+/// kernel offset of every output position lands, and the row of kernel offset k gathers
+/// through `index[k P..(k + 1) P]`. A copy per output row (of Wo entries, strided with
+/// stride 2) cost more than the product at the stride-2 convolutions of a ResNet's small maps
+/// (on 7 x 7 inputs, 4 entries per copy: im2col took as many samples as the product).
+struct Gather {
+    /// Rows and columns of the padded plane.
+    padded: [usize; 2],
+    /// For kernel offset k = ki kw + kj and output position q, the padded plane's entry.
+    index: Vec<u32>,
+}
+
+impl Gather {
+    fn new(s: &ConvShape) -> Self {
+        let [ho, wo] = s.out();
+        let [kh, kw] = s.kernel;
+        let padded = [s.height + 2 * s.padding[0], s.width + 2 * s.padding[1]];
+        let at = |axis: usize, o: usize, k: usize| {
+            (s.source(axis, o, k) + s.padding[axis] as isize) as usize
+        };
+        let mut index = Vec::with_capacity(kh * kw * ho * wo);
+        for ki in 0..kh {
+            for kj in 0..kw {
+                for oh in 0..ho {
+                    for ow in 0..wo {
+                        let i = at(0, oh, ki) * padded[1] + at(1, ow, kj);
+                        index.push(u32::try_from(i).expect("a plane of under 2^32 entries"));
+                    }
+                }
+            }
+        }
+        Self { padded, index }
+    }
+
+    /// `buf` as the padded plane of `plane` ([H, W]): zeros around it.
+    fn pad(&self, s: &ConvShape, plane: &[f32], buf: &mut Vec<f32>) {
+        let [ph, pw] = s.padding;
+        let wp = self.padded[1];
+        buf.clear();
+        buf.resize(self.padded[0] * wp, 0.0);
+        for (line, src) in buf[ph * wp..]
+            .chunks_exact_mut(wp)
+            .zip(plane.chunks_exact(s.width))
+        {
+            line[pw..pw + s.width].copy_from_slice(src);
+        }
+    }
+
+    /// Writes the padded plane `buf`'s interior back into `plane` ([H, W]).
+    fn unpad(&self, s: &ConvShape, buf: &[f32], plane: &mut [f32]) {
+        let [ph, pw] = s.padding;
+        let wp = self.padded[1];
+        for (dst, line) in plane
+            .chunks_exact_mut(s.width)
+            .zip(buf[ph * wp..].chunks_exact(wp))
+        {
+            dst.copy_from_slice(&line[pw..pw + s.width]);
+        }
     }
 }
 
 /// Writes image `x` ([C_in, H, W]) into columns `offset..offset + P` of the row-major column
 /// buffer with row stride `ld`: row (c, ki, kj), column (oh, ow) holds x[c, ih, iw] or 0.
-fn im2col(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
-    if s.is_flat() {
-        im2col_flat(s, x, cols, ld, offset);
-    } else {
-        im2col_rows(s, x, cols, ld, offset);
+/// `pad` is scratch for [`Gather`].
+fn im2col(
+    s: &ConvShape,
+    map: &Columns,
+    x: &[f32],
+    (cols, ld, offset): (&mut [f32], usize, usize),
+    pad: &mut Vec<f32>,
+) {
+    match map {
+        Columns::Flat(flats) => im2col_flat(s, flats, x, cols, ld, offset),
+        Columns::Gather(gather) => im2col_gather(s, gather, x, (cols, ld, offset), pad),
     }
 }
 
 /// [`im2col`] by one shifted copy per row of the column buffer ([`FlatRow`]).
-fn im2col_flat(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
+fn im2col_flat(
+    s: &ConvShape,
+    flats: &[FlatRow],
+    x: &[f32],
+    cols: &mut [f32],
+    ld: usize,
+    offset: usize,
+) {
     let (p, w) = (s.positions(), s.width);
-    let flats = FlatRow::all(s);
     for (c, plane) in x.chunks_exact(s.height * w).enumerate() {
         for (k, flat) in flats.iter().enumerate() {
             let row = c * flats.len() + k;
@@ -236,45 +314,29 @@ fn im2col_flat(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: us
     }
 }
 
-/// [`im2col`] by one copy per output row: any stride, padding and dilation.
-fn im2col_rows(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: usize) {
-    let [ho, wo] = s.out();
-    let [kh, kw] = s.kernel;
-    let (h, w) = (s.height, s.width);
-    let valid: Vec<(usize, usize)> = (0..kw).map(|kj| s.valid_columns(kj)).collect();
-    for c in 0..s.channels_in {
-        let plane = &x[c * h * w..(c + 1) * h * w];
-        for ki in 0..kh {
-            for (kj, &(lo, hi)) in valid.iter().enumerate() {
-                let row = (c * kh + ki) * kw + kj;
-                let dst = &mut cols[row * ld + offset..row * ld + offset + ho * wo];
-                let iw0 = s.source(1, 0, kj);
-                for oh in 0..ho {
-                    let out = &mut dst[oh * wo..(oh + 1) * wo];
-                    let ih = s.source(0, oh, ki);
-                    if ih < 0 || ih >= h as isize {
-                        out.fill(0.0);
-                        continue;
-                    }
-                    let src = &plane[ih as usize * w..(ih as usize + 1) * w];
-                    zero_short(&mut out[..lo]);
-                    zero_short(&mut out[hi..]);
-                    // An empty lo..hi can start left of the image: the loop below skips it.
-                    if s.stride[1] == 1 && lo < hi {
-                        let start = (lo as isize + iw0) as usize;
-                        out[lo..hi].copy_from_slice(&src[start..start + hi - lo]);
-                    } else if lo < hi {
-                        // Output column ow reads input column ow stride + iw0, inside the image
-                        // for every ow in lo..hi: a strided walk from the first, with no index
-                        // arithmetic or bounds check per entry.
-                        let stride = s.stride[1];
-                        let start = (lo as isize * stride as isize + iw0) as usize;
-                        let columns = src[start..].iter().step_by(stride);
-                        for (o, &v) in out[lo..hi].iter_mut().zip(columns) {
-                            *o = v;
-                        }
-                    }
-                }
+/// [`im2col`] by gathers from each channel's padded plane ([`Gather`]): any stride, padding and
+/// dilation.
+fn im2col_gather(
+    s: &ConvShape,
+    gather: &Gather,
+    x: &[f32],
+    (cols, ld, offset): (&mut [f32], usize, usize),
+    pad: &mut Vec<f32>,
+) {
+    let (p, taps) = (s.positions(), s.kernel[0] * s.kernel[1]);
+    for (c, plane) in x.chunks_exact(s.height * s.width).enumerate() {
+        // Without padding the padded plane is the plane.
+        let src = if s.padding == [0, 0] {
+            plane
+        } else {
+            gather.pad(s, plane, pad);
+            pad.as_slice()
+        };
+        for (k, index) in gather.index.chunks_exact(p).enumerate() {
+            let row = c * taps + k;
+            let dst = &mut cols[row * ld + offset..row * ld + offset + p];
+            for (d, &i) in dst.iter_mut().zip(index) {
+                *d = src[i as usize];
             }
         }
     }
@@ -282,19 +344,30 @@ fn im2col_rows(s: &ConvShape, x: &[f32], cols: &mut [f32], ld: usize, offset: us
 
 /// The adjoint of [`im2col`]: adds columns `offset..offset + P` of `cols` into image `dx`. The
 /// entries of those columns that stand for padding may be zeroed on the way.
-fn col2im(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f32]) {
-    if s.is_flat() {
-        col2im_flat(s, cols, ld, offset, dx);
-    } else {
-        col2im_rows(s, cols, ld, offset, dx);
+fn col2im(
+    s: &ConvShape,
+    map: &Columns,
+    (cols, ld, offset): (&mut [f32], usize, usize),
+    dx: &mut [f32],
+    pad: &mut Vec<f32>,
+) {
+    match map {
+        Columns::Flat(flats) => col2im_flat(s, flats, cols, ld, offset, dx),
+        Columns::Gather(gather) => col2im_gather(s, gather, (&*cols, ld, offset), dx, pad),
     }
 }
 
 /// [`col2im`] by one shifted sum per row of the column buffer ([`FlatRow`]): the padding's
 /// entries are zeroed first, so that the wrapped positions add nothing.
-fn col2im_flat(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &mut [f32]) {
+fn col2im_flat(
+    s: &ConvShape,
+    flats: &[FlatRow],
+    cols: &mut [f32],
+    ld: usize,
+    offset: usize,
+    dx: &mut [f32],
+) {
     let (p, w) = (s.positions(), s.width);
-    let flats = FlatRow::all(s);
     for (c, plane) in dx.chunks_exact_mut(s.height * w).enumerate() {
         for (k, flat) in flats.iter().enumerate() {
             let row = c * flats.len() + k;
@@ -307,38 +380,37 @@ fn col2im_flat(s: &ConvShape, cols: &mut [f32], ld: usize, offset: usize, dx: &m
     }
 }
 
-/// [`col2im`] by one sum per output row: any stride, padding and dilation.
-fn col2im_rows(s: &ConvShape, cols: &[f32], ld: usize, offset: usize, dx: &mut [f32]) {
-    let [ho, wo] = s.out();
-    let [kh, kw] = s.kernel;
-    let (h, w) = (s.height, s.width);
-    let valid: Vec<(usize, usize)> = (0..kw).map(|kj| s.valid_columns(kj)).collect();
-    for c in 0..s.channels_in {
-        let plane = &mut dx[c * h * w..(c + 1) * h * w];
-        for ki in 0..kh {
-            for (kj, &(lo, hi)) in valid.iter().enumerate() {
-                let row = (c * kh + ki) * kw + kj;
-                let src = &cols[row * ld + offset..row * ld + offset + ho * wo];
-                let iw0 = s.source(1, 0, kj);
-                for oh in 0..ho {
-                    let ih = s.source(0, oh, ki);
-                    if ih < 0 || ih >= h as isize {
-                        continue;
-                    }
-                    let dst = &mut plane[ih as usize * w..(ih as usize + 1) * w];
-                    let grad = &src[oh * wo..(oh + 1) * wo];
-                    if s.stride[1] == 1 && lo < hi {
-                        let start = (lo as isize + iw0) as usize;
-                        for (d, g) in dst[start..start + hi - lo].iter_mut().zip(&grad[lo..hi]) {
-                            *d += g;
-                        }
-                    } else {
-                        for (ow, g) in grad.iter().enumerate().take(hi).skip(lo) {
-                            dst[(ow as isize * s.stride[1] as isize + iw0) as usize] += g;
-                        }
-                    }
-                }
+/// [`col2im`] by sums into each channel's padded plane ([`Gather`]), which starts as the
+/// plane of `dx` and goes back into it: each pixel adds its terms in the order of the offsets
+/// and positions, as a sum straight into `dx` would. Any stride, padding and dilation.
+fn col2im_gather(
+    s: &ConvShape,
+    gather: &Gather,
+    (cols, ld, offset): (&[f32], usize, usize),
+    dx: &mut [f32],
+    pad: &mut Vec<f32>,
+) {
+    let (p, taps) = (s.positions(), s.kernel[0] * s.kernel[1]);
+    let direct = s.padding == [0, 0];
+    for (c, plane) in dx.chunks_exact_mut(s.height * s.width).enumerate() {
+        // Without padding the sums go straight into the plane (the padded plane is the plane).
+        if !direct {
+            gather.pad(s, plane, pad);
+        }
+        let dst: &mut [f32] = if direct {
+            &mut *plane
+        } else {
+            pad.as_mut_slice()
+        };
+        for (k, index) in gather.index.chunks_exact(p).enumerate() {
+            let row = c * taps + k;
+            let src = &cols[row * ld + offset..row * ld + offset + p];
+            for (g, &i) in src.iter().zip(index) {
+                dst[i as usize] += g;
             }
+        }
+        if !direct {
+            gather.unpad(s, pad, plane);
         }
     }
 }
@@ -351,34 +423,6 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
     if len == 0 {
         return Vec::new();
     }
-    let g = s.group();
-    let job = |(cols, tmp): &mut (Vec<f32>, Vec<f32>),
-               (out, x): (&mut [MaybeUninit<f32>], &[f32])| {
-        let images = out.len() / s.image_out();
-        let ld = images * p;
-        cols.resize(k * ld, 0.0);
-        for (i, image) in x.chunks(s.image_in()).enumerate() {
-            im2col(s, image, cols, ld, i * p);
-        }
-        let w = View::rows(weight, k);
-        let c = View::rows(cols, ld);
-        if images == 1 {
-            // SAFETY: w is [co, k], cols [k, p], out [co, p].
-            unsafe { product_into((co, p, k), out, p, w, c, false) };
-        } else {
-            tmp.resize(co * ld, 0.0);
-            // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
-            unsafe { product((co, ld, k), tmp, ld, false, w, c, false) };
-            for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
-                for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
-                    for (o, &v) in o.iter_mut().zip(&row[i * p..(i + 1) * p]) {
-                        o.write(v);
-                    }
-                }
-            }
-        }
-        add_bias(s, out, bias);
-    };
     if let Some(whole) = Whole::of(s) {
         let mut out = whole.forward(s, x, weight);
         // SAFETY: `add_bias` writes initialised values only.
@@ -400,13 +444,42 @@ pub(crate) fn forward(s: &ConvShape, x: &[f32], weight: &[f32], bias: Option<&[f
             })
         };
     }
+    let g = s.group();
+    let map = Columns::new(s);
+    let job = |(cols, tmp, pad): &mut (Vec<f32>, Vec<f32>, Vec<f32>),
+               (out, x): (&mut [MaybeUninit<f32>], &[f32])| {
+        let images = out.len() / s.image_out();
+        let ld = images * p;
+        cols.resize(k * ld, 0.0);
+        for (i, image) in x.chunks(s.image_in()).enumerate() {
+            im2col(s, &map, image, (cols, ld, i * p), pad);
+        }
+        let w = View::rows(weight, k);
+        let c = View::rows(cols, ld);
+        if images == 1 {
+            // SAFETY: w is [co, k], cols [k, p], out [co, p].
+            unsafe { product_into((co, p, k), out, p, w, c, false) };
+        } else {
+            tmp.resize(co * ld, 0.0);
+            // SAFETY: w is [co, k], cols [k, ld], tmp [co, ld].
+            unsafe { product((co, ld, k), tmp, ld, false, w, c, false) };
+            for (i, image) in out.chunks_mut(s.image_out()).enumerate() {
+                for (o, row) in image.chunks_mut(p).zip(tmp.chunks(ld)) {
+                    for (o, &v) in o.iter_mut().zip(&row[i * p..(i + 1) * p]) {
+                        o.write(v);
+                    }
+                }
+            }
+        }
+        add_bias(s, out, bias);
+    };
     // SAFETY: each job writes its whole chunk of whole images: the product all co x p entries
     // of a lone image, or the copies every row of each image of a group.
     unsafe {
         written(len, |out| {
             out.par_chunks_mut(g * s.image_out())
                 .zip(x.par_chunks(g * s.image_in()))
-                .for_each_init(|| (Vec::new(), Vec::new()), job)
+                .for_each_init(|| (Vec::new(), Vec::new(), Vec::new()), job)
         })
     }
 }
@@ -561,6 +634,7 @@ pub(crate) fn backward(
     }
     // Both layout paths share the scratch, the lanes of the weight adjoint and the loop below.
     let layout = Layout::of(s);
+    let map = Columns::new(s);
     let g = layout.map_or_else(|| s.group(), |l| l.group(s));
     let adjoint = layout
         .filter(|_| want_input)
@@ -580,7 +654,7 @@ pub(crate) fn backward(
             let first = chunk * per_chunk;
             let count = per_chunk.min(s.batch - first);
             let mut dw = want_weight.then(|| vec![0.0f32; wsize]);
-            let (mut cols, mut dy) = (Vec::new(), Vec::new());
+            let (mut cols, mut dy, mut pad) = (Vec::new(), Vec::new(), Vec::new());
             let mut scratch = conv_grid::Scratch::default();
             // The layout paths' weight adjoint, in the lanes that `shifted_gram` keeps.
             let mut lanes =
@@ -621,7 +695,7 @@ pub(crate) fn backward(
                 if let Some(dw) = dw.as_mut() {
                     let images_in = &x[n0 * s.image_in()..(n0 + images) * s.image_in()];
                     for (i, image) in images_in.chunks(s.image_in()).enumerate() {
-                        im2col(s, image, &mut cols, ld, i * p);
+                        im2col(s, &map, image, (&mut cols, ld, i * p), &mut pad);
                     }
                     // dW [co, k] += dY [co, ld] cols^T [ld, k].
                     // SAFETY: dy_view is [co, ld], cols [k, ld] read transposed, dw [co, k].
@@ -653,7 +727,7 @@ pub(crate) fn backward(
                     };
                     let dx_group = &mut dx[start * s.image_in()..(start + images) * s.image_in()];
                     for (i, image) in dx_group.chunks_mut(s.image_in()).enumerate() {
-                        col2im(s, &mut cols, ld, i * p, image);
+                        col2im(s, &map, (&mut cols, ld, i * p), image, &mut pad);
                     }
                 }
             }
@@ -918,11 +992,11 @@ mod tests {
         }));
     }
 
-    /// The flat path writes the row-by-row path's columns bit for bit and adds the same sums
+    /// The flat path writes the gather path's columns bit for bit and adds the same sums
     /// back (up to the sign of a zero), on shapes with padding in either axis, dilation, one-pixel
     /// images and kernels wider than the image.
     #[test]
-    fn flat_rows_match_the_row_by_row_copies() {
+    fn flat_rows_match_the_gathers() {
         let mut flat = 0;
         for (kernel, padding, dilation, [height, width]) in [
             ([3, 3], [1, 1], [1, 1], [7, 6]),
@@ -954,14 +1028,15 @@ mod tests {
             let x = values(s.image_in(), 11);
             // Two images' columns, this one's second: offsets are honoured.
             let (mut a, mut b) = (vec![f32::NAN; rows * 2 * p], vec![f32::NAN; rows * 2 * p]);
-            im2col_flat(&s, &x, &mut a, 2 * p, p);
-            im2col_rows(&s, &x, &mut b, 2 * p, p);
+            let (flats, gather, mut pad) = (FlatRow::all(&s), Gather::new(&s), Vec::new());
+            im2col_flat(&s, &flats, &x, &mut a, 2 * p, p);
+            im2col_gather(&s, &gather, &x, (&mut b, 2 * p, p), &mut pad);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "{s:?}");
             let cols = values(rows * 2 * p, 12);
             let (mut da, mut db) = (values(s.image_in(), 13), values(s.image_in(), 13));
-            col2im_flat(&s, &mut cols.clone(), 2 * p, p, &mut da);
-            col2im_rows(&s, &cols, 2 * p, p, &mut db);
+            col2im_flat(&s, &flats, &mut cols.clone(), 2 * p, p, &mut da);
+            col2im_gather(&s, &gather, (&cols, 2 * p, p), &mut db, &mut pad);
             assert_eq!(da, db, "{s:?}");
         }
         // All but the 2 x 2 kernel, whose output is one column wider than its input.

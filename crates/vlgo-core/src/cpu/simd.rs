@@ -1334,24 +1334,25 @@ fn shifted_product_body<F: Fma, const R: usize, const W: usize, const K: usize>(
 }
 
 #[cfg(feature = "layers")]
-/// One block of [`shifted_gram`]: output rows a0..a0 + R against input row b, the nine
-/// shifts' sums over the positions in W f32 lanes, added into the lanes kept in `lanes`.
+/// One block of [`shifted_gram`]: output rows a0..a0 + R against input row b, the sums of the
+/// S shifts from k0 on over the positions in W f32 lanes, added into the lanes kept in `lanes`.
 #[inline(always)]
-fn shifted_gram_tile<F: Fma, const R: usize, const W: usize>(
+fn shifted_gram_tile<F: Fma, const R: usize, const W: usize, const S: usize>(
     s: &Shifted<'_>,
     y: &[f32],
     lanes: &mut [f32],
-    (a0, b): (usize, usize),
+    (a0, b, k0): (usize, usize, usize),
 ) {
-    let at = |r: usize, k: usize| (((a0 + r) * s.b + b) * 9 + k) * GRAM_LANES;
+    let at = |r: usize, k: usize| (((a0 + r) * s.b + b) * 9 + k0 + k) * GRAM_LANES;
     // Local copies throughout: borrowed strips kept the multiply-adds scalar, and summing the
     // accumulators where they lie kept them in memory (see `shifted_tile`).
-    let mut acc: [[[f32; W]; R]; 9] = std::array::from_fn(|k| {
+    let mut acc: [[[f32; W]; R]; S] = std::array::from_fn(|k| {
         std::array::from_fn(|r| lanes[at(r, k)..at(r, k) + W].try_into().unwrap())
     });
     let row = &s.x[b * s.ld..(b + 1) * s.ld];
     let ys: [&[f32]; R] = std::array::from_fn(|r| &y[(a0 + r) * s.y_ld..][..s.cols]);
-    let strips: [&[f32]; 9] = std::array::from_fn(|k| &row[s.shifts[k]..s.shifts[k] + s.cols]);
+    let strips: [&[f32]; S] =
+        std::array::from_fn(|k| &row[s.shifts[k0 + k]..s.shifts[k0 + k] + s.cols]);
     for q0 in (0..s.cols / W).map(|i| i * W) {
         let ys: [[f32; W]; R] = std::array::from_fn(|r| ys[r][q0..q0 + W].try_into().unwrap());
         for (acc, strip) in acc.iter_mut().zip(&strips) {
@@ -1371,22 +1372,31 @@ fn shifted_gram_tile<F: Fma, const R: usize, const W: usize>(
 }
 
 #[cfg(feature = "layers")]
+/// [`shifted_gram`] by blocks of R output rows, one input row and S of the nine shifts: R S
+/// accumulators, and R + S loads for R S multiply-adds per vector of positions. Each sum's
+/// lanes add the positions in order whatever R and S, so every instantiation gives the same
+/// lanes to the bit.
 #[inline(always)]
-fn shifted_gram_body<F: Fma, const R: usize, const W: usize>(
+fn shifted_gram_body<F: Fma, const R: usize, const W: usize, const S: usize>(
     s: &Shifted<'_>,
     y: &[f32],
     lanes: &mut [f32],
 ) {
+    const { assert!(9 % S == 0) };
     let mut a0 = 0;
     while a0 + R <= s.a {
         for b in 0..s.b {
-            shifted_gram_tile::<F, R, W>(s, y, lanes, (a0, b));
+            for k0 in (0..9).step_by(S) {
+                shifted_gram_tile::<F, R, W, S>(s, y, lanes, (a0, b, k0));
+            }
         }
         a0 += R;
     }
     while a0 < s.a {
         for b in 0..s.b {
-            shifted_gram_tile::<F, 1, W>(s, y, lanes, (a0, b));
+            for k0 in (0..9).step_by(S) {
+                shifted_gram_tile::<F, 1, W, S>(s, y, lanes, (a0, b, k0));
+            }
         }
         a0 += 1;
     }
@@ -1511,10 +1521,12 @@ macro_rules! instantiate {
             #[cfg(feature = "layers")]
             $(#[target_feature(enable = $feature)])*
             pub(super) unsafe fn shifted_gram(s: &Shifted<'_>, y: &[f32], lanes: &mut [f32]) {
-                // R rows per block: 9 R accumulators, R strips of y and one of x.
-                shifted_gram_body::<$fma, { if $width == 32 { 2 } else { 1 } }, { $width / 2 }>(
-                    s, y, lanes,
-                )
+                // R rows by S shifts per block: R S accumulators, R strips of y and one of x
+                // in registers. 16 zmm hold 2 x 9 (11 loads per 18 multiply-adds); 16 ymm hold
+                // 3 x 3 (6 loads per 9) where 1 x 9 took 10 per 9 and ran load-bound.
+                const R: usize = if $width == 32 { 2 } else if $width == 16 { 3 } else { 1 };
+                const S: usize = if $width == 16 { 3 } else { 9 };
+                shifted_gram_body::<$fma, R, { $width / 2 }, S>(s, y, lanes)
             }
             $(#[target_feature(enable = $feature)])*
             pub unsafe fn gemm_tn(p: &[f32], q: &[f32], c: &mut [f32], n: usize, depth: usize) {
