@@ -224,7 +224,7 @@ struct Gather {
     /// Rows and columns of the padded plane.
     padded: [usize; 2],
     /// For kernel offset k = ki kw + kj and output position q, the padded plane's entry.
-    index: Vec<u32>,
+    index: Vec<usize>,
 }
 
 impl Gather {
@@ -240,8 +240,7 @@ impl Gather {
             for kj in 0..kw {
                 for oh in 0..ho {
                     for ow in 0..wo {
-                        let i = at(0, oh, ki) * padded[1] + at(1, ow, kj);
-                        index.push(u32::try_from(i).expect("a plane of under 2^32 entries"));
+                        index.push(at(0, oh, ki) * padded[1] + at(1, ow, kj));
                     }
                 }
             }
@@ -336,7 +335,7 @@ fn im2col_gather(
             let row = c * taps + k;
             let dst = &mut cols[row * ld + offset..row * ld + offset + p];
             for (d, &i) in dst.iter_mut().zip(index) {
-                *d = src[i as usize];
+                *d = src[i];
             }
         }
     }
@@ -406,7 +405,7 @@ fn col2im_gather(
             let row = c * taps + k;
             let src = &cols[row * ld + offset..row * ld + offset + p];
             for (g, &i) in src.iter().zip(index) {
-                dst[i as usize] += g;
+                dst[i] += g;
             }
         }
         if !direct {
