@@ -225,6 +225,8 @@ struct Gather {
     padded: [usize; 2],
     /// For kernel offset k = ki kw + kj and output position q, the padded plane's entry.
     index: Vec<usize>,
+    /// No padding: the padded plane is the plane, read and summed in place.
+    in_place: bool,
 }
 
 impl Gather {
@@ -245,7 +247,11 @@ impl Gather {
                 }
             }
         }
-        Self { padded, index }
+        Self {
+            padded,
+            index,
+            in_place: s.padding == [0, 0],
+        }
     }
 
     /// `buf` as the padded plane of `plane` ([H, W]): zeros around it.
@@ -324,8 +330,7 @@ fn im2col_gather(
 ) {
     let (p, taps) = (s.positions(), s.kernel[0] * s.kernel[1]);
     for (c, plane) in x.chunks_exact(s.height * s.width).enumerate() {
-        // Without padding the padded plane is the plane.
-        let src = if s.padding == [0, 0] {
+        let src = if gather.in_place {
             plane
         } else {
             gather.pad(s, plane, pad);
@@ -390,15 +395,11 @@ fn col2im_gather(
     pad: &mut Vec<f32>,
 ) {
     let (p, taps) = (s.positions(), s.kernel[0] * s.kernel[1]);
-    let direct = s.padding == [0, 0];
     for (c, plane) in dx.chunks_exact_mut(s.height * s.width).enumerate() {
-        // Without padding the sums go straight into the plane (the padded plane is the plane).
-        if !direct {
-            gather.pad(s, plane, pad);
-        }
-        let dst: &mut [f32] = if direct {
+        let dst: &mut [f32] = if gather.in_place {
             &mut *plane
         } else {
+            gather.pad(s, plane, pad);
             pad.as_mut_slice()
         };
         for (k, index) in gather.index.chunks_exact(p).enumerate() {
@@ -408,7 +409,7 @@ fn col2im_gather(
                 dst[i] += g;
             }
         }
-        if !direct {
+        if !gather.in_place {
             gather.unpad(s, pad, plane);
         }
     }
@@ -633,7 +634,8 @@ pub(crate) fn backward(
     }
     // Both layout paths share the scratch, the lanes of the weight adjoint and the loop below.
     let layout = Layout::of(s);
-    let map = Columns::new(s);
+    // The im2col path's copies, worked out only where it runs.
+    let map = layout.is_none().then(|| Columns::new(s));
     let g = layout.map_or_else(|| s.group(), |l| l.group(s));
     let adjoint = layout
         .filter(|_| want_input)
@@ -678,6 +680,7 @@ pub(crate) fn backward(
                     layout.backward_group(s, (x_group, dy_group), lanes, dx, &mut scratch);
                     continue;
                 }
+                let map = map.as_ref().expect("built where no layout path runs");
                 // The output adjoint as [co, images x p] (a view when there is one image).
                 let dy_view: &[f32] = if images == 1 {
                     dy_group
@@ -694,7 +697,7 @@ pub(crate) fn backward(
                 if let Some(dw) = dw.as_mut() {
                     let images_in = &x[n0 * s.image_in()..(n0 + images) * s.image_in()];
                     for (i, image) in images_in.chunks(s.image_in()).enumerate() {
-                        im2col(s, &map, image, (&mut cols, ld, i * p), &mut pad);
+                        im2col(s, map, image, (&mut cols, ld, i * p), &mut pad);
                     }
                     // dW [co, k] += dY [co, ld] cols^T [ld, k].
                     // SAFETY: dy_view is [co, ld], cols [k, ld] read transposed, dw [co, k].
@@ -726,7 +729,7 @@ pub(crate) fn backward(
                     };
                     let dx_group = &mut dx[start * s.image_in()..(start + images) * s.image_in()];
                     for (i, image) in dx_group.chunks_mut(s.image_in()).enumerate() {
-                        col2im(s, &map, (&mut cols, ld, i * p), image, &mut pad);
+                        col2im(s, map, (&mut cols, ld, i * p), image, &mut pad);
                     }
                 }
             }
