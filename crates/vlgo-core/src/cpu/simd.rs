@@ -1457,6 +1457,12 @@ macro_rules! instantiate {
                     // checked that the CPU has AVX-512F.
                     return unsafe { n64::avx512::lu_factor(a, l, perm) };
                 }
+                #[cfg(target_arch = "x86_64")]
+                if $width == 16 && n == 64 {
+                    // SAFETY: only the AVX2 instantiation comes here, and its callers have
+                    // checked that the CPU has AVX2 and FMA.
+                    return unsafe { n64::avx2::lu_factor(a, l, perm) };
+                }
                 lu_factor_body::<$fma, $rows, $width, true>(a, l, perm, n)
             }
             $(#[target_feature(enable = $feature)])*
@@ -2321,19 +2327,23 @@ mod tests {
         }
     }
 
-    /// The 64 x 64 factorisation in intrinsics (`n64`, on AVX-512) gives the generic blocked
-    /// body's factors to the bit: the same pivots, multipliers and U, on matrices that exchange
-    /// rows, tie in magnitude, hold a NaN or an infinity below the first pivot, or are singular
-    /// (whose NaNs are compared as NaN).
+    /// The 64 x 64 factorisations in intrinsics (`n64`: groups of 4 columns on AVX-512,
+    /// left-looking panels on AVX2) give the generic blocked body's factors to the bit: the
+    /// same pivots, multipliers and U, on matrices that exchange rows, tie in magnitude, hold a
+    /// NaN or an infinity below the first pivot, or are singular (whose NaNs are compared as
+    /// NaN).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn factorisation_of_64_in_intrinsics_matches_the_generic_body_to_the_bit() {
         type Factor = unsafe fn(&mut [f32], &mut [f32], &mut [usize], usize);
-        if isa() != Isa::Avx512 {
-            eprintln!("skipped: this CPU has no AVX-512");
-            return;
-        }
-        let sets: [(&str, Factor); 1] = [("avx512", avx512::lu_factor)];
+        let sets: Vec<(&str, Factor)> = match isa() {
+            Isa::Avx512 => vec![("avx512", avx512::lu_factor), ("avx2", avx2::lu_factor)],
+            Isa::Avx2 => vec![("avx2", avx2::lu_factor)],
+            Isa::Portable => {
+                eprintln!("skipped: this CPU has neither AVX-512 nor AVX2");
+                return;
+            }
+        };
         const N: usize = 64;
         fn factors(a: &[f32], fast: Option<Factor>) -> (Vec<u32>, Vec<usize>) {
             let (mut u, mut l, mut perm) = (a.to_vec(), vec![0.0; N * N], vec![0; N]);

@@ -199,6 +199,94 @@ pub(crate) mod avx512 {
 pub(crate) mod avx2 {
     use super::*;
     entry_points!(__m256, 6, 2, "avx2", "fma");
+
+    /// P A = L U with partial pivoting: [`super::factor_left`].
+    #[target_feature(enable = "avx2", enable = "fma")]
+    #[inline(never)]
+    pub(crate) unsafe fn lu_factor(a: &mut [f32], l: &mut [f32], perm: &mut [usize]) {
+        // SAFETY: the caller's conditions (the CPU has AVX2 and FMA, enabled here).
+        unsafe { super::factor_left::<__m256>(a, l, perm) }
+    }
+}
+
+/// P A = L U with partial pivoting, as the generic `lu_factor_body` computes it to the bit, for
+/// vectors of one panel's width (8 lanes: AVX2). The generic body is right-looking: after each
+/// panel it updates the whole trailing matrix by a product of depth 8, loading and storing every
+/// trailing entry once per panel. Here the updates are applied left-looking: before a panel is
+/// factored, its columns (rows from the panel down) take the updates of all the panels before it
+/// in one pass of depth k0, each 8 x 8 tile held in registers across the whole depth; after it
+/// is factored, U's rows of the panel right of it take theirs the same way, and then the
+/// panel's unit lower triangle in the same registers ([`tile`]). Each entry still receives one
+/// fused multiply-add per column of the factorisation, columns in order, with the same
+/// multipliers and pivots (the panel itself is factored by the generic column-major panel,
+/// `Columns`), so the bits do not change. A row exchange moves whole rows, which in both orders
+/// hold the same updates so far.
+///
+/// # Safety
+///
+/// V's instruction set enabled.
+#[inline(always)]
+unsafe fn factor_left<V: Lanes>(a: &mut [f32], l: &mut [f32], perm: &mut [usize]) {
+    use super::{Columns, Fused, PANEL};
+    const { assert!(V::LANES == PANEL && N % PANEL == 0) };
+    let (a, l, perm) = (&mut a[..N * N], &mut l[..N * N], &mut perm[..N]);
+    for (i, p) in perm.iter_mut().enumerate() {
+        *p = i;
+    }
+    let mut columns = Columns::new();
+    for k0 in (0..N).step_by(PANEL) {
+        let end = k0 + PANEL;
+        for i0 in (k0..N).step_by(PANEL).filter(|_| k0 > 0) {
+            // SAFETY: the caller's conditions; i0 + PANEL <= N, k0 + PANEL <= N.
+            unsafe { tile::<V, false>(a.as_mut_ptr(), l.as_ptr(), (i0, k0), k0) };
+        }
+        columns.factor::<Fused>(a, l, perm, N, k0);
+        for j0 in (end..N).step_by(PANEL) {
+            // SAFETY: as above, j0 + PANEL <= N.
+            unsafe { tile::<V, true>(a.as_mut_ptr(), l.as_ptr(), (k0, j0), k0) };
+        }
+    }
+}
+
+/// Rows i0..i0 + 8 of `a` at columns j0..j0 + 8, one vector a row: minus the product of L's
+/// rows (columns 0..depth of `l`) and U's rows 0..depth (of `a`), column by column in order
+/// (as the generic body's trailing updates, `fma(-l, u, x)`); then, with TRIANGLE, the unit
+/// lower triangle of L at (i0, i0), rows in ascending order (as its `panel_rows`).
+///
+/// # Safety
+///
+/// V's instruction set enabled, V::LANES == 8; `a` and `l` point to N x N matrices;
+/// i0, j0 + 8 <= N and depth <= N.
+#[inline(always)]
+unsafe fn tile<V: Lanes, const TRIANGLE: bool>(
+    a: *mut f32,
+    l: *const f32,
+    (i0, j0): (usize, usize),
+    depth: usize,
+) {
+    const R: usize = 8;
+    // SAFETY: the caller's conditions; every row index is below N and every column below N.
+    unsafe {
+        let mut acc: [V; R] = std::array::from_fn(|r| V::load(a.add((i0 + r) * N + j0)));
+        for c in 0..depth {
+            let u = V::load(a.add(c * N + j0));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // -(l u) + x rounds once, as fma(-l, u, x) does.
+                *acc = V::fnmadd(V::splat(*l.add((i0 + r) * N + c)), u, *acc);
+            }
+        }
+        if TRIANGLE {
+            for r in 1..R {
+                for c in 0..r {
+                    let m = V::splat(*l.add((i0 + r) * N + i0 + c));
+                    acc[r] = V::fnmadd(m, acc[c], acc[r]);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            V::store(a.add((i0 + r) * N + j0), *acc);
+        }
+    }
 }
 
 /// C (+)= A B in R x S-vector tiles (R = 8 or 6; 6 leaves a last tile of 4 rows), each entry
