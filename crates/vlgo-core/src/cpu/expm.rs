@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use super::aligned::Aligned;
 use super::lu;
 pub(super) use super::simd::Ahead;
-use super::simd::{axpy, lin_comb, matmul, matmul_ahead, transpose, vectorised};
+use super::simd::{axpy, lin_comb, matmul, matmul_ahead, pade_tail, transpose, vectorised};
 use crate::expm::ExpmMethod;
 use crate::expm::plan::{Precision, choose};
 use crate::expm::scheme::{self, Program, Step};
@@ -153,7 +153,8 @@ impl Workspace {
     }
 }
 
-fn evaluate(program: &Program, n: usize, ws: &mut Workspace, ahead: Ahead) {
+/// Runs the first `steps` steps of the program.
+fn evaluate(program: &Program, steps: usize, n: usize, ws: &mut Workspace, ahead: Ahead) {
     let products = program
         .steps
         .iter()
@@ -161,7 +162,7 @@ fn evaluate(program: &Program, n: usize, ws: &mut Workspace, ahead: Ahead) {
         .count();
     let share = ahead.lines().div_ceil(products.max(1));
     let mut ahead = ahead;
-    for (k, step) in program.steps.iter().enumerate() {
+    for (k, step) in program.steps.iter().enumerate().take(steps) {
         let (lo, hi) = ws.values.split_at_mut(k + 1);
         let out = &mut hi[0];
         match step {
@@ -209,7 +210,6 @@ fn approximant(
 ) -> (&'static Program, u32) {
     let (degree, s) = choose(norm, method, Precision::Single);
     let program = program(method, degree);
-    let nn = n * n;
     ws.prepare(n, program.steps.len() + 1);
     if s > 0 {
         let scale = (-(s as f64)).exp2() as f32;
@@ -219,24 +219,28 @@ fn approximant(
             || scaled.iter_mut().for_each(|x| *x *= scale),
         );
     }
-    evaluate(program, n, ws, ahead);
     let (u, v) = program.outputs;
+    let last = program.steps.len();
     if program.pade {
-        let (us, vs) = (&ws.values[u][..nn], &ws.values[v][..nn]);
-        let (q, r) = (&mut ws.t1, &mut ws.r0);
-        // Q = V - U goes straight into the buffer the factorisation overwrites.
-        vectorised(
-            #[inline(always)]
-            || {
-                for ((q, r), (&uk, &vk)) in q.iter_mut().zip(r.iter_mut()).zip(us.iter().zip(vs)) {
-                    *q = vk - uk;
-                    *r = vk + uk;
-                }
-            },
-        );
+        // V, the last step, is summed straight into Q = V - U (into the buffer the
+        // factorisation overwrites) and P = V + U, never stored: V's adjoint needs no value.
+        let Some(Step::Lin(terms, eye)) = program.steps.last().filter(|_| v == last) else {
+            unreachable!("every Padé scheme ends with V's linear combination");
+        };
+        evaluate(program, last - 1, n, ws, ahead);
+        // At most three even powers (degree 7).
+        let mut list: [(&[f32], f32); 4] = [(&[], 0.0); 4];
+        let mut count = 0;
+        for &(i, c) in terms.iter().filter(|(_, c)| *c != 0.0) {
+            list[count] = (&ws.values[i][..], c as f32);
+            count += 1;
+        }
+        let qp = (&mut ws.t1[..], &mut ws.r0[..]);
+        pade_tail(&list[..count], *eye as f32, &ws.values[u], qp, n);
         lu::factor(&mut ws.t1, &mut ws.lower, &mut ws.perm, n);
         lu::solve(&ws.t1, &ws.lower, &ws.perm, &mut ws.r0, &mut ws.t2, n);
     } else {
+        evaluate(program, last, n, ws, ahead);
         ws.r0.copy_from_slice(&ws.values[u]);
     }
     (program, s)

@@ -406,6 +406,49 @@ fn lin_comb_body<F: Fma, const W: usize>(
     }
 }
 
+/// Padé's last steps in one pass: V = sum_t c_t x_t + eye I (as [`lin_comb_body`] and the
+/// identity term after it compute it), then Q = V - U and P = V + U, without storing V. The
+/// off-diagonal entries in W-wide chunks; each diagonal entry is recomputed with the identity
+/// term added, as the separate steps round it.
+#[inline(always)]
+fn pade_tail_body<F: Fma, const W: usize>(
+    terms: &[(&[f32], f32)],
+    eye: f32,
+    u: &[f32],
+    (q, p): (&mut [f32], &mut [f32]),
+    n: usize,
+) {
+    let len = n * n;
+    let (u, q, p) = (&u[..len], &mut q[..len], &mut p[..len]);
+    let full = len / W * W;
+    for j0 in (0..full).step_by(W) {
+        let mut v = [0f32; W];
+        for &(x, c) in terms {
+            let xv: &[f32; W] = x[j0..j0 + W].try_into().unwrap();
+            for j in 0..W {
+                v[j] = F::fma(c, xv[j], v[j]);
+            }
+        }
+        let uv: &[f32; W] = u[j0..j0 + W].try_into().unwrap();
+        for j in 0..W {
+            q[j0 + j] = v[j] - uv[j];
+            p[j0 + j] = v[j] + uv[j];
+        }
+    }
+    let entry = |k: usize| terms.iter().fold(0.0, |v, &(x, c)| F::fma(c, x[k], v));
+    for k in full..len {
+        let v = entry(k);
+        (q[k], p[k]) = (v - u[k], v + u[k]);
+    }
+    if eye != 0.0 {
+        for d in 0..n {
+            let k = d * n + d;
+            let v = entry(k) + eye;
+            (q[k], p[k]) = (v - u[k], v + u[k]);
+        }
+    }
+}
+
 /// The generators of [`GENERATED_ROWS`] problems that share a dictionary block: row g of `out`
 /// (n^2 entries) is sum_m c[g M + m] psi[m], the terms in order of m. W entries of every row
 /// are held in registers across the terms, so each dictionary entry loaded serves all the rows.
@@ -1441,6 +1484,16 @@ macro_rules! instantiate {
                 lin_comb_body::<$fma, { 2 * $width }>(terms, out, acc)
             }
             $(#[target_feature(enable = $feature)])*
+            pub unsafe fn pade_tail(
+                terms: &[(&[f32], f32)],
+                eye: f32,
+                u: &[f32],
+                qp: (&mut [f32], &mut [f32]),
+                n: usize,
+            ) {
+                pade_tail_body::<$fma, { 2 * $width }>(terms, eye, u, qp, n)
+            }
+            $(#[target_feature(enable = $feature)])*
             pub unsafe fn generators(c: &[f32], psi: &[&[f32]], out: &mut [f32], nn: usize) {
                 // 8 rows of W entries: 8 accumulators and the dictionary's strip.
                 generators_body::<$fma, { $width / 2 }>(c, psi, out, nn)
@@ -1951,6 +2004,19 @@ pub fn lin_comb(terms: &[(&[f32], f32)], out: &mut [f32], accumulate: bool) {
     dispatch!(lin_comb(terms, out, accumulate))
 }
 
+/// Padé's V = sum_t c_t x_t + eye I (every x_t n x n), then Q = V - U and P = V + U in one
+/// pass, with the bits of [`lin_comb`], the identity term and the two sums in turn.
+pub fn pade_tail(
+    terms: &[(&[f32], f32)],
+    eye: f32,
+    u: &[f32],
+    qp: (&mut [f32], &mut [f32]),
+    n: usize,
+) {
+    debug_assert!(terms.iter().all(|(x, _)| x.len() >= n * n) && u.len() >= n * n);
+    dispatch!(pade_tail(terms, eye, u, qp, n))
+}
+
 /// Problems whose generators [`generators`] forms at once.
 pub(crate) const GENERATED_ROWS: usize = 8;
 
@@ -2149,6 +2215,47 @@ unsafe fn avx_transpose(a: &[f32], out: &mut [f32], n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Padé's fused tail gives the bits of the steps it stands in for: V by `lin_comb`, the
+    /// identity term on the diagonal, then V - U and V + U; with one to three terms, with and
+    /// without the identity term, at n = 64 and at n = 5 (entries past the last full chunk).
+    #[test]
+    fn pade_tail_matches_the_steps_it_fuses() {
+        for n in [5, 64] {
+            let matrix =
+                |seed: usize| -> Vec<f32> { (0..n * n).map(|k| spread(k, seed, 9)).collect() };
+            let (x, u) = ([matrix(1), matrix(2), matrix(3)], matrix(4));
+            let coefs = [1.0f32 / 9.0, 1.0 / 1008.0, -3.5e-7];
+            for (count, eye) in [(1, 1.0f32), (2, 1.0), (3, 1.0), (2, 0.0)] {
+                let terms: Vec<(&[f32], f32)> = x
+                    .iter()
+                    .zip(coefs)
+                    .take(count)
+                    .map(|(x, c)| (&x[..], c))
+                    .collect();
+                let mut v = vec![0.0; n * n];
+                lin_comb(&terms, &mut v, false);
+                if eye != 0.0 {
+                    for d in 0..n {
+                        v[d * n + d] += eye;
+                    }
+                }
+                let want: Vec<(u32, u32)> = v
+                    .iter()
+                    .zip(&u)
+                    .map(|(v, u)| ((v - u).to_bits(), (v + u).to_bits()))
+                    .collect();
+                let (mut q, mut p) = (vec![f32::NAN; n * n], vec![f32::NAN; n * n]);
+                pade_tail(&terms, eye, &u, (&mut q, &mut p), n);
+                let got: Vec<(u32, u32)> = q
+                    .iter()
+                    .zip(&p)
+                    .map(|(q, p)| (q.to_bits(), p.to_bits()))
+                    .collect();
+                assert_eq!(got, want, "n = {n}, {count} terms, identity term {eye}");
+            }
+        }
+    }
 
     #[test]
     fn ahead_hands_out_every_line_once_in_order() {
