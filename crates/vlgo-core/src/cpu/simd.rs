@@ -406,10 +406,11 @@ fn lin_comb_body<F: Fma, const W: usize>(
     }
 }
 
-/// Padé's last steps in one pass: V = sum_t c_t x_t + eye I (as [`lin_comb_body`] and the
-/// identity term after it compute it), then Q = V - U and P = V + U, without storing V. The
-/// off-diagonal entries in W-wide chunks; each diagonal entry is recomputed with the identity
-/// term added, as the separate steps round it.
+/// Padé's last steps without storing V: V = sum_t c_t x_t + eye I (as [`lin_comb_body`] and the
+/// identity term after it compute it), then Q = V - U and P = V + U. Every entry in one pass (in
+/// W-wide chunks, then one at a time past the last full chunk), without the identity term; then,
+/// where that term is not zero, each diagonal entry again with it added, as the separate steps
+/// round it.
 #[inline(always)]
 fn pade_tail_body<F: Fma, const W: usize>(
     terms: &[(&[f32], f32)],
@@ -2004,8 +2005,9 @@ pub fn lin_comb(terms: &[(&[f32], f32)], out: &mut [f32], accumulate: bool) {
     dispatch!(lin_comb(terms, out, accumulate))
 }
 
-/// Padé's V = sum_t c_t x_t + eye I (every x_t n x n), then Q = V - U and P = V + U in one
-/// pass, with the bits of [`lin_comb`], the identity term and the two sums in turn.
+/// Padé's V = sum_t c_t x_t + eye I (every x_t n x n), then Q = V - U and P = V + U, V never
+/// stored (one pass over the entries and a second over the diagonal), with the bits of
+/// [`lin_comb`], the identity term and the two sums in turn.
 pub fn pade_tail(
     terms: &[(&[f32], f32)],
     eye: f32,
@@ -2218,10 +2220,17 @@ mod tests {
 
     /// Padé's fused tail gives the bits of the steps it stands in for: V by `lin_comb`, the
     /// identity term on the diagonal, then V - U and V + U; with one to three terms, with and
-    /// without the identity term, at n = 64 and at n = 5 (entries past the last full chunk).
+    /// without the identity term, at n = 64 and at n = 5 (entries past the last full chunk), on
+    /// this CPU's instruction set and on the portable (unfused) code.
     #[test]
     fn pade_tail_matches_the_steps_it_fuses() {
-        for n in [5, 64] {
+        type Lin = unsafe fn(&[(&[f32], f32)], &mut [f32], bool);
+        type Tail = unsafe fn(&[(&[f32], f32)], f32, &[f32], (&mut [f32], &mut [f32]), usize);
+        let sets: [(&str, Lin, Tail); 2] = [
+            ("dispatched", lin_comb, pade_tail),
+            ("portable", portable::lin_comb, portable::pade_tail),
+        ];
+        for ((set, lin, tail), n) in sets.into_iter().flat_map(|s| [(s, 5), (s, 64)]) {
             let matrix =
                 |seed: usize| -> Vec<f32> { (0..n * n).map(|k| spread(k, seed, 9)).collect() };
             let (x, u) = ([matrix(1), matrix(2), matrix(3)], matrix(4));
@@ -2234,7 +2243,13 @@ mod tests {
                     .map(|(x, c)| (&x[..], c))
                     .collect();
                 let mut v = vec![0.0; n * n];
-                lin_comb(&terms, &mut v, false);
+                let (mut q, mut p) = (vec![f32::NAN; n * n], vec![f32::NAN; n * n]);
+                // SAFETY: the dispatched pair checks the CPU itself; the portable code needs no
+                // feature.
+                unsafe {
+                    lin(&terms, &mut v, false);
+                    tail(&terms, eye, &u, (&mut q, &mut p), n);
+                }
                 if eye != 0.0 {
                     for d in 0..n {
                         v[d * n + d] += eye;
@@ -2245,14 +2260,15 @@ mod tests {
                     .zip(&u)
                     .map(|(v, u)| ((v - u).to_bits(), (v + u).to_bits()))
                     .collect();
-                let (mut q, mut p) = (vec![f32::NAN; n * n], vec![f32::NAN; n * n]);
-                pade_tail(&terms, eye, &u, (&mut q, &mut p), n);
                 let got: Vec<(u32, u32)> = q
                     .iter()
                     .zip(&p)
                     .map(|(q, p)| (q.to_bits(), p.to_bits()))
                     .collect();
-                assert_eq!(got, want, "n = {n}, {count} terms, identity term {eye}");
+                assert_eq!(
+                    got, want,
+                    "{set}, n = {n}, {count} terms, identity term {eye}"
+                );
             }
         }
     }

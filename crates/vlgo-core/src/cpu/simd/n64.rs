@@ -1,7 +1,8 @@
 //! The kernels of 64 x 64 matrices (the exponential's usual size, and that of ManifoldCLR's
 //! blocks), written with intrinsics: the product and the two solves with the LU factors on AVX2
 //! and AVX-512 alike (generic over the vector, [`Lanes`]), and the LU factorisation, in two
-//! organisations: groups of 4 columns on AVX-512, left-looking panels on AVX2. Each does the multiply-adds of the generic body it stands in for
+//! organisations: groups of 4 columns on AVX-512, left-looking panels on AVX2. Each does the
+//! multiply-adds of the generic body it stands in for
 //! ([`super::matmul_body`], [`super::lu_factor_body`], [`super::lu_solve_body`],
 //! [`super::lu_solve_transposed_body`]) in the same order, one fused multiply-add per term, so
 //! the results are the same to the bit (the tests hold them to it; a NaN's sign and payload
@@ -22,7 +23,7 @@
 //! stack rather than in registers) measured no faster than the generic body there, 8.5-8.9 us
 //! against 7.6-8.6 on the Zen 4 machine; AVX2 keeps the generic body's panels of 8 and applies
 //! their updates left-looking instead ([`factor_left`]), each 8 x 8 tile in registers across its
-//! whole depth: 5.1-5.8 us against 6.3-6.9 for the generic body on a Zen 4 without AVX-512.
+//! whole depth: 5.1-5.9 us against 6.3-6.9 for the generic body on a Zen 4 without AVX-512.
 
 use std::arch::x86_64::*;
 
@@ -221,8 +222,10 @@ pub(crate) mod avx2 {
 /// panel's unit lower triangle in the same registers ([`tile`]). Each entry still receives one
 /// fused multiply-add per column of the factorisation, columns in order, with the same
 /// multipliers and pivots (the panel itself is factored by the generic column-major panel,
-/// `Columns`), so the bits do not change. A row exchange moves whole rows, which in both orders
-/// hold the same updates so far.
+/// `Columns`), so the bits do not change. The pivots are chosen from the panel's columns, which
+/// are up to date in both orders; a row exchange moves a row's multipliers (in `l`) with its
+/// entries right of the panel (in `a`), so every later update of those entries pairs them with
+/// the same multipliers as the generic body does, whatever updates they hold so far.
 ///
 /// # Safety
 ///
