@@ -241,9 +241,12 @@ unsafe fn factor_left<V: Lanes>(a: &mut [f32], l: &mut [f32], perm: &mut [usize]
     let mut columns = Columns::new();
     for k0 in (0..N).step_by(PANEL) {
         let end = k0 + PANEL;
-        for i0 in (k0..N).step_by(PANEL).filter(|_| k0 > 0) {
-            // SAFETY: the caller's conditions; i0 + PANEL <= N, k0 + PANEL <= N.
-            unsafe { tile::<V, false>(a.as_mut_ptr(), l.as_ptr(), (i0, k0), k0) };
+        // The first panel has no earlier panels to take updates from.
+        if k0 > 0 {
+            for i0 in (k0..N).step_by(PANEL) {
+                // SAFETY: the caller's conditions; i0 + PANEL <= N, k0 + PANEL <= N.
+                unsafe { tile::<V, false>(a.as_mut_ptr(), l.as_ptr(), (i0, k0), k0) };
+            }
         }
         columns.factor::<Fused>(a, l, perm, N, k0);
         for j0 in (end..N).step_by(PANEL) {
