@@ -116,7 +116,7 @@ fn column_norms_body(a: &[f32], n: usize, mu: f32, copy: &mut [f32]) -> Option<(
     for j0 in (0..n).step_by(BLOCK) {
         let w = BLOCK.min(n - j0);
         let (mut sums, mut shifted_sums) = ([0.0f64; BLOCK], [0.0f64; BLOCK]);
-        if mu == 0.0 && w % STRIP == 0 && !copy.is_empty() {
+        if mu == 0.0 && w.is_multiple_of(STRIP) && !copy.is_empty() {
             // The copying pass of the exponential (no shift), a strip of columns at a time down
             // all the rows, its sums held in registers: over the block's rows at once, the sums
             // went through memory on every row, and this pass took 3 % of the Padé forward at
