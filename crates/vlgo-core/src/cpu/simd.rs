@@ -422,9 +422,10 @@ fn pade_tail_body<F: Fma, const W: usize>(
     let len = n * n;
     let (u, q, p) = (&u[..len], &mut q[..len], &mut p[..len]);
     let full = len / W * W;
-    // The chunks as arrays: indexing the slices left the last vector of every chunk to a
-    // scalar loop (the bounds checks) and V's chunk on the stack; this pass then took 5.7 % of
-    // the Padé forward at n = 64 (`docs/expm.md`).
+    // The chunks as arrays, Q's and P's formed in local arrays and stored whole: indexing the
+    // slices left the last vector of every chunk to a scalar loop (the bounds checks), and
+    // writing the output arrays entry by entry compiled to scalar stores; the pass took 5.7 %
+    // of the Padé forward at n = 64 before (`docs/expm.md`).
     let chunks = (q.chunks_exact_mut(W).zip(p.chunks_exact_mut(W))).zip(u.chunks_exact(W));
     for (k, ((qc, pc), uc)) in chunks.enumerate() {
         let j0 = k * W;
