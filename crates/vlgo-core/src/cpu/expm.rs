@@ -193,6 +193,18 @@ impl Workspace {
     }
 }
 
+/// A linear combination's terms as the kernels take them: the values they name, their
+/// coefficients in f32, the zero ones left out.
+fn nonzero_terms<'a>(
+    terms: &'a [(usize, f64)],
+    values: &'a [Aligned],
+) -> impl Iterator<Item = (&'a [f32], f32)> {
+    terms
+        .iter()
+        .filter(|(_, c)| *c != 0.0)
+        .map(|&(i, c)| (&values[i][..], c as f32))
+}
+
 /// Runs the first `steps` steps of the program.
 fn evaluate(program: &Program, steps: usize, n: usize, ws: &mut Workspace, ahead: Ahead) {
     let products = program
@@ -217,8 +229,8 @@ fn evaluate(program: &Program, steps: usize, n: usize, ws: &mut Workspace, ahead
                 let mut list: [(&[f32], f32); CHUNK] = [(&[], 0.0); CHUNK];
                 let mut count = 0;
                 let mut passes = 0;
-                for &(i, c) in terms.iter().filter(|(_, c)| *c != 0.0) {
-                    list[count] = (&lo[i][..], c as f32);
+                for term in nonzero_terms(terms, lo) {
+                    list[count] = term;
                     count += 1;
                     if count == CHUNK {
                         lin_comb(&list, out, passes > 0);
@@ -271,8 +283,8 @@ fn approximant(
         // At most three even powers (degree 7).
         let mut list: [(&[f32], f32); 4] = [(&[], 0.0); 4];
         let mut count = 0;
-        for &(i, c) in terms.iter().filter(|(_, c)| *c != 0.0) {
-            list[count] = (&ws.values[i][..], c as f32);
+        for term in nonzero_terms(terms, &ws.values) {
+            list[count] = term;
             count += 1;
         }
         let qp = (&mut ws.t1[..], &mut ws.r0[..]);
