@@ -923,9 +923,13 @@ struct Triangle {
 
 /// The triangle inside a block of R rows held in registers: row by row (ascending or
 /// descending), row r <- (row r - sum_c t(r, c) row c) (1 / t(r, r)) over the rows c already
-/// done (c < r ascending, c > r descending), c in the order of the loop, with t the diagonal
-/// block (or its transpose). All indices are constants once R is, so the rows stay in registers (a
-/// run-time row index would keep them in memory).
+/// done (c < r ascending, c > r descending), c in the order they were done (ascending: 0, 1, ..,
+/// r - 1; descending: R - 1, R - 2, .., r + 1), with t the diagonal block (or its transpose).
+/// That order puts the one multiply-add that waits on the row just finished last in each row's
+/// chain: the others run while that row is still being computed (summed from r + 1 upwards, a
+/// descending triangle's row r could start only once row r + 1 was done, and the block's chain
+/// grew with the square of R). All indices are constants once R is, so the rows stay in
+/// registers (a run-time row index would keep them in memory).
 #[inline(always)]
 fn triangle<F: Fma, const R: usize, const W: usize>(
     acc: &mut [[f32; W]; R],
@@ -934,8 +938,8 @@ fn triangle<F: Fma, const R: usize, const W: usize>(
 ) {
     for step in 0..R {
         let r = if how.ascending { step } else { R - 1 - step };
-        let done = if how.ascending { 0..r } else { r + 1..R };
-        for c in done {
+        for done in 0..step {
+            let c = if how.ascending { done } else { R - 1 - done };
             let m = -if how.transposed {
                 block[c][r]
             } else {

@@ -458,8 +458,10 @@ where
                     let r = if ASCENDING { step } else { R - 1 - step };
                     // Over all of 0..R with the test inside, not over the run-time range of
                     // the rows already solved, so that the loop has constant bounds to unroll;
-                    // the rows still enter in ascending order.
-                    for c in 0..R {
+                    // the rows enter in the order they were solved, as in the generic
+                    // `triangle`.
+                    for done in 0..R {
+                        let c = if ASCENDING { done } else { R - 1 - done };
                         let earlier = if ASCENDING { c < r } else { c > r };
                         if earlier {
                             let (m, prev) = (V::splat((self.tri)(r, c)), acc[c]);
