@@ -658,7 +658,6 @@ impl Columns {
         n: usize,
         k0: usize,
     ) {
-        let end = k0 + PANEL;
         let rows = n - k0;
         let cols = &mut self.cols;
         // In: rows k0..n of the panel's columns, 8 x 8 blocks at a time.
@@ -680,47 +679,23 @@ impl Columns {
         for col in cols.iter_mut() {
             col[rows..rows + LANES].fill(f32::NAN);
         }
-        for c in 0..PANEL {
-            let k = k0 + c;
-            // A pass of its own: searching the next column in the pass that updates it (as
-            // the row panel does) measured slower.
-            let piv = pivot_row(&cols[c], c, rows);
-            if piv != c {
-                for col in cols.iter_mut() {
-                    col.swap(c, piv);
-                }
-                let p = k0 + piv;
-                let (upper, lower) = a.split_at_mut(p * n);
-                upper[k * n + end..k * n + n].swap_with_slice(&mut lower[end..n]);
-                let (upper, lower) = l.split_at_mut(p * n);
-                upper[k * n..k * n + k0].swap_with_slice(&mut lower[..k0]);
-                perm.swap(k, p);
-            }
-            let inv = 1.0 / cols[c][c];
-            let pivot: [f32; PANEL] = std::array::from_fn(|j| cols[j][c]);
-            let (done, right) = cols.split_at_mut(c + 1);
-            let multipliers = &mut done[c];
-            let mut i = c + 1;
-            while i < rows {
-                let m: &mut [f32; LANES] = (&mut multipliers[i..i + LANES]).try_into().unwrap();
-                for v in m.iter_mut() {
-                    *v *= inv;
-                }
-                for (col, &p) in right.iter_mut().zip(&pivot[c + 1..]) {
-                    let x: &mut [f32; LANES] = (&mut col[i..i + LANES]).try_into().unwrap();
-                    for t in 0..LANES {
-                        x[t] = F::fma(-m[t], p, x[t]);
-                    }
-                }
-                i += LANES;
-            }
-        }
-        // Out: U's rows of the panel into `a` (the whole 8 x 8 block: below its diagonal is
-        // scratch), the multipliers into `l` below the diagonal.
-        for r in 0..PANEL {
-            for (j, col) in cols.iter().enumerate() {
-                a[(k0 + r) * n + k0 + j] = col[r];
-            }
+        // Step by step with the step a constant, so that each step's loop over the columns
+        // right of it has a constant length and unrolls (with a run-time length the compiler
+        // tested the count before every column of every vector of rows).
+        self.step::<F, 0>(a, l, perm, n, k0);
+        self.step::<F, 1>(a, l, perm, n, k0);
+        self.step::<F, 2>(a, l, perm, n, k0);
+        self.step::<F, 3>(a, l, perm, n, k0);
+        self.step::<F, 4>(a, l, perm, n, k0);
+        self.step::<F, 5>(a, l, perm, n, k0);
+        self.step::<F, 6>(a, l, perm, n, k0);
+        self.step::<F, 7>(a, l, perm, n, k0);
+        const { assert!(PANEL == 8) };
+        let cols = &mut self.cols;
+        // Out: U's rows of the panel into `a` (the whole 8 x 8 block, one transpose: below its
+        // diagonal is scratch), the multipliers into `l` below the diagonal.
+        transpose8(cols.as_flattened(), STRIDE, &mut a[k0 * n + k0..], n);
+        for r in 1..PANEL {
             for (j, col) in cols.iter().enumerate().take(r) {
                 l[(k0 + r) * n + k0 + j] = col[r];
             }
@@ -739,6 +714,53 @@ impl Columns {
             for (j, col) in cols.iter().enumerate() {
                 l[(k0 + i) * n + k0 + j] = col[i];
             }
+        }
+    }
+
+    /// Step C of [`Columns::factor`] (the panel's column k0 + C): the pivot, the row exchange,
+    /// the multipliers, and the update of the panel's columns right of C.
+    #[inline(always)]
+    fn step<F: Fma, const C: usize>(
+        &mut self,
+        a: &mut [f32],
+        l: &mut [f32],
+        perm: &mut [usize],
+        n: usize,
+        k0: usize,
+    ) {
+        let (c, k, end, rows) = (C, k0 + C, k0 + PANEL, n - k0);
+        let cols = &mut self.cols;
+        // A pass of its own: searching the next column in the pass that updates it (as the
+        // row panel does) measured slower.
+        let piv = pivot_row(&cols[c], c, rows);
+        if piv != c {
+            for col in cols.iter_mut() {
+                col.swap(c, piv);
+            }
+            let p = k0 + piv;
+            let (upper, lower) = a.split_at_mut(p * n);
+            upper[k * n + end..k * n + n].swap_with_slice(&mut lower[end..n]);
+            let (upper, lower) = l.split_at_mut(p * n);
+            upper[k * n..k * n + k0].swap_with_slice(&mut lower[..k0]);
+            perm.swap(k, p);
+        }
+        let inv = 1.0 / cols[c][c];
+        let pivot: [f32; PANEL] = std::array::from_fn(|j| cols[j][c]);
+        let (done, right) = cols.split_at_mut(c + 1);
+        let multipliers = &mut done[c];
+        let mut i = c + 1;
+        while i < rows {
+            let m: &mut [f32; LANES] = (&mut multipliers[i..i + LANES]).try_into().unwrap();
+            for v in m.iter_mut() {
+                *v *= inv;
+            }
+            for (col, &p) in right.iter_mut().zip(&pivot[c + 1..]) {
+                let x: &mut [f32; LANES] = (&mut col[i..i + LANES]).try_into().unwrap();
+                for t in 0..LANES {
+                    x[t] = F::fma(-m[t], p, x[t]);
+                }
+            }
+            i += LANES;
         }
     }
 }
